@@ -1,0 +1,151 @@
+"""Events in flight between the recorder and its sinks.
+
+A raw event is a plain tuple, built on the hot path without allocation beyond the tuple and the
+keyword dict:
+
+    (kind, ts_ns, mono_ns, step, policy_version, span_ctx, fields)
+
+``span_ctx`` is ``None`` or ``(trace_id: int, span_id: int)``. ``EventBatch`` groups a flush's events by
+kind and converts them lazily to Arrow record batches (for the run store) or dict rows (for the
+Prometheus and memory sinks).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator
+
+from rlobs.schema import ENVELOPE_NAMES, KINDS, arrow_schema
+
+RawEvent = tuple  # (kind, ts_ns, mono_ns, step, policy_version, span_ctx, fields)
+
+
+@dataclass(frozen=True, slots=True)
+class WriterInfo:
+    """Constant envelope fields of one recorder."""
+
+    run_id: str
+    process: str
+    component: str
+    rank: int
+
+
+def hex_trace(ctx: tuple[int, int] | None) -> tuple[str | None, str | None]:
+    if ctx is None:
+        return None, None
+    return f"{ctx[0]:032x}", f"{ctx[1]:016x}"
+
+
+class InvalidEvents(Exception):
+    """Raised by ``to_record_batch`` when some events do not fit their kind's schema."""
+
+    def __init__(self, good: Any, bad: list[tuple[RawEvent, str]]):
+        super().__init__(f"{len(bad)} invalid events")
+        self.good = good
+        self.bad = bad
+
+
+_ALLOWED: dict[str, frozenset[str]] = {k: frozenset(v.field_names) for k, v in KINDS.items()}
+
+
+def _columns(info: WriterInfo, kind: str, events: list[RawEvent]) -> list[Any]:
+    import pyarrow as pa
+
+    schema = arrow_schema(kind)
+    n = len(events)
+    traces = [e[5] for e in events]
+    cols: list[Any] = [
+        pa.array([e[1] for e in events], pa.int64()),
+        pa.array([e[2] for e in events], pa.int64()),
+        pa.repeat(pa.scalar(info.run_id, pa.string()), n),
+        pa.repeat(pa.scalar(info.process, pa.string()), n),
+        pa.repeat(pa.scalar(info.component, pa.string()), n),
+        pa.repeat(pa.scalar(info.rank, pa.int32()), n),
+        pa.array([e[3] for e in events], pa.int64()),
+        pa.array([e[4] for e in events], pa.int64()),
+        pa.array([None if t is None else f"{t[0]:032x}" for t in traces], pa.string()),
+        pa.array([None if t is None else f"{t[1]:016x}" for t in traces], pa.string()),
+    ]
+    for field in list(schema)[len(ENVELOPE_NAMES):]:
+        name = field.name
+        cols.append(pa.array([e[6].get(name) for e in events], field.type))
+    return cols
+
+
+def to_record_batch(info: WriterInfo, kind: str, events: list[RawEvent]) -> Any:
+    """Arrow record batch of one kind's events. Raises InvalidEvents (with the good rows) if some fail."""
+    import pyarrow as pa
+
+    schema = arrow_schema(kind)
+    allowed = _ALLOWED[kind]
+    bad: list[tuple[RawEvent, str]] = []
+    if not all(e[6].keys() <= allowed for e in events):
+        keep = []
+        for e in events:
+            extra = e[6].keys() - allowed
+            if extra:
+                bad.append((e, f"unknown field(s) {sorted(extra)} for kind {kind!r}"))
+            else:
+                keep.append(e)
+        events = keep
+    try:
+        batch = pa.RecordBatch.from_arrays(_columns(info, kind, events), schema=schema)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
+        # Isolate the offending events one by one; keep the rest.
+        keep = []
+        for e in events:
+            try:
+                _columns(info, kind, [e])
+                keep.append(e)
+            except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
+                bad.append((e, f"{type(exc).__name__}: {exc}"))
+        batch = pa.RecordBatch.from_arrays(_columns(info, kind, keep), schema=schema)
+    if bad:
+        raise InvalidEvents(batch, bad)
+    return batch
+
+
+class EventBatch:
+    """The events of one flush, grouped by kind. Shared read-only by every sink."""
+
+    __slots__ = ("info", "by_kind", "_arrow", "invalid")
+
+    def __init__(self, info: WriterInfo, by_kind: dict[str, list[RawEvent]]):
+        self.info = info
+        self.by_kind = by_kind
+        self._arrow: dict[str, Any] = {}
+        self.invalid: list[tuple[str, RawEvent, str]] = []
+
+    def set_arrow(self, arrow: dict[str, Any]) -> None:
+        self._arrow.update(arrow)
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.by_kind.values())
+
+    def kinds(self) -> list[str]:
+        return list(self.by_kind)
+
+    def record_batch(self, kind: str) -> Any:
+        """Arrow batch for ``kind``; invalid events are left out (see ``to_record_batch``)."""
+        rb = self._arrow.get(kind)
+        if rb is None:
+            try:
+                rb = to_record_batch(self.info, kind, self.by_kind[kind])
+            except InvalidEvents as exc:
+                rb = exc.good
+                self.invalid.extend((kind, e, why) for e, why in exc.bad)
+            self._arrow[kind] = rb
+        return rb
+
+    def rows(self, kind: str) -> Iterator[dict[str, Any]]:
+        """Each event of ``kind`` as a dict: envelope fields then the kind's fields."""
+        info = self.info
+        for e in self.by_kind.get(kind, ()):
+            trace_id, span_id = hex_trace(e[5])
+            row = {
+                "ts_ns": e[1], "mono_ns": e[2], "run_id": info.run_id, "process": info.process,
+                "component": info.component, "rank": info.rank, "step": e[3], "policy_version": e[4],
+                "trace_id": trace_id, "span_id": span_id,
+            }
+            row.update(e[6])
+            yield row

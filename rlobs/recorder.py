@@ -1,0 +1,457 @@
+"""The per-process recorder: a bounded in-memory queue, a background flusher, one worker per sink.
+
+Hot path (``emit``): a length check, two clock reads and a ``deque.append`` of a tuple — about a
+microsecond, no lock, no I/O, never raises. When the queue is full the event is dropped and counted.
+
+Flusher thread: every ``flush_interval`` seconds (0.5 by default, so a SIGKILL loses at most about
+a second of events) it drains the queue, groups events by kind, validates them against the schema
+(invalid events are dropped, counted and logged once per kind and reason), and hands the batch to
+every sink worker.
+
+Sink workers: one thread and a bounded backlog per sink, so a slow or hanging sink (an NFS stall, an
+OTLP endpoint that never answers) only delays itself; a full backlog drops batches for that sink,
+counted as ``sink_backlog``; a sink that raises gets its batch counted as ``sink_error``.
+All drops appear in ``rlobs_telemetry_dropped_total{reason,sink}`` and, every ``report_interval``
+seconds when non-zero, as ``telemetry`` events in the run record so the doctor can report them.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextvars
+import json
+import logging
+import random
+import threading
+import time
+from collections import Counter, deque
+from contextlib import contextmanager
+from typing import Any, Iterator
+
+from rlobs.events import EventBatch, InvalidEvents, RawEvent, WriterInfo, to_record_batch
+from rlobs.schema import KINDS
+
+log = logging.getLogger("rlobs.recorder")
+
+# (trace_id, span_id) of the innermost open span in this context.
+_SPAN: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("rlobs_span", default=None)
+
+_time_ns = time.time_ns
+_mono_ns = time.monotonic_ns
+
+
+class _RateLimitedLog:
+    def __init__(self, every_s: float = 60.0):
+        self.every_s = every_s
+        self._last: dict[Any, float] = {}
+        self._lock = threading.Lock()
+
+    def warning(self, key: Any, msg: str, *args: Any) -> None:
+        now = time.monotonic()
+        with self._lock:
+            last = self._last.get(key)
+            if last is not None and now - last < self.every_s:
+                return
+            self._last[key] = now
+        log.warning(msg, *args)
+
+
+class SpanHandle:
+    """An open span: add attributes while it runs, pass ``traceparent`` to other processes."""
+
+    __slots__ = ("trace_id", "span_id", "attributes", "status")
+
+    def __init__(self, trace_id: int, span_id: int, attributes: dict[str, Any]):
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.attributes = attributes
+        self.status = "ok"
+
+    def set(self, key: str, value: Any) -> None:
+        self.attributes[key] = value
+
+    def fail(self) -> None:
+        self.status = "error"
+
+    @property
+    def traceparent(self) -> str:
+        return f"00-{self.trace_id:032x}-{self.span_id:016x}-01"
+
+
+def parse_traceparent(value: str | tuple[int, int] | None) -> tuple[int, int] | None:
+    """W3C ``traceparent`` string (or an (trace_id, span_id) tuple) -> tuple; None if absent or malformed."""
+    if value is None or isinstance(value, tuple):
+        return value
+    parts = str(value).split("-")
+    if len(parts) != 4 or len(parts[1]) != 32 or len(parts[2]) != 16:
+        return None
+    try:
+        return int(parts[1], 16), int(parts[2], 16)
+    except ValueError:
+        return None
+
+
+class _SinkWorker:
+    def __init__(self, sink: Any, recorder: "Recorder", max_pending: int):
+        self.sink = sink
+        self.name = getattr(sink, "name", type(sink).__name__)
+        self.rec = recorder
+        self.max_pending = max_pending
+        self.pending: deque[tuple[int, EventBatch]] = deque()
+        self.cv = threading.Condition()
+        self.done_seq = 0
+        self.closing = False
+        self.thread = threading.Thread(target=self._run, name=f"rlobs-sink-{self.name}", daemon=True)
+        self.thread.start()
+
+    def offer(self, seq: int, batch: EventBatch) -> None:
+        with self.cv:
+            if self.closing:
+                self.rec._count_drop("sink_closed", self.name, len(batch))
+                return
+            if len(self.pending) >= self.max_pending:
+                self.rec._count_drop("sink_backlog", self.name, len(batch))
+                self.done_seq = seq
+                self.cv.notify_all()
+                return
+            self.pending.append((seq, batch))
+            self.cv.notify_all()
+
+    def _run(self) -> None:
+        while True:
+            with self.cv:
+                while not self.pending and not self.closing:
+                    self.cv.wait()
+                if not self.pending and self.closing:
+                    break
+                seq, batch = self.pending.popleft()
+            try:
+                self.sink.write(batch)
+            except Exception as exc:
+                self.rec._count_drop("sink_error", self.name, len(batch))
+                self.rec._rlog.warning((self.name, type(exc)), "rlobs sink %r failed (%s: %s); its events are "
+                                       "dropped and counted, training continues", self.name, type(exc).__name__, exc)
+            with self.cv:
+                self.done_seq = max(self.done_seq, seq)
+                self.cv.notify_all()
+        for method in ("flush", "close"):
+            try:
+                getattr(self.sink, method)()
+            except Exception as exc:
+                self.rec._rlog.warning((self.name, method), "rlobs sink %r %s failed: %s", self.name, method, exc)
+
+    def wait_done(self, seq: int, deadline: float) -> bool:
+        with self.cv:
+            while self.done_seq < seq:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return False
+                self.cv.wait(remaining)
+        return True
+
+    def close(self, deadline: float) -> bool:
+        with self.cv:
+            self.closing = True
+            self.cv.notify_all()
+        self.thread.join(max(deadline - time.monotonic(), 0.0))
+        if self.thread.is_alive():
+            with self.cv:
+                lost = sum(len(b) for _, b in self.pending)
+                self.pending.clear()
+            if lost:
+                self.rec._count_drop("sink_timeout", self.name, lost)
+            return False
+        return True
+
+
+class Recorder:
+    """Records events of one process into its sinks. Create with ``rlobs.init(...)``."""
+
+    enabled = True
+
+    def __init__(self, info: WriterInfo, sinks: list[Any], *, max_queue: int = 200_000,
+                 flush_interval: float = 0.5, sink_backlog: int = 64, report_interval: float = 10.0,
+                 close_timeout: float = 5.0):
+        self.info = info
+        self.max_queue = max_queue
+        self.flush_interval = flush_interval
+        self.report_interval = report_interval
+        self.close_timeout = close_timeout
+        self._queue: deque[RawEvent] = deque()
+        self._wake_at = max(max_queue // 4, 1)
+        self._wake = threading.Event()
+        self._step: int | None = None
+        self._version: int | None = None
+        self._queue_full = 0
+        self._accepted = 0
+        self._drops: Counter[tuple[str, str]] = Counter()
+        self._reported: Counter[tuple[str, str]] = Counter()
+        self._stats_lock = threading.Lock()
+        self._rlog = _RateLimitedLog()
+        self._seq = 0
+        self._flush_lock = threading.Lock()
+        self._closed = False
+        self._last_report = time.monotonic()
+        self._workers = [_SinkWorker(s, self, sink_backlog) for s in sinks]
+        self._flusher = threading.Thread(target=self._flush_loop, name="rlobs-flusher", daemon=True)
+        self._flusher.start()
+        atexit.register(self.close)
+
+    # ---- hot path -------------------------------------------------------------------------------
+    def emit(self, kind: str, /, **fields: Any) -> None:
+        """Record one event of ``kind``. ``step`` / ``policy_version`` override the context. Never raises."""
+        q = self._queue
+        n = len(q)
+        if n >= self.max_queue:
+            self._count_drop("queue_full", "recorder", 1)
+            return
+        q.append((kind, _time_ns(), _mono_ns(), fields.pop("step", self._step),
+                  fields.pop("policy_version", self._version), _SPAN.get(), fields))
+        if n == self._wake_at:
+            self._wake.set()
+
+    def set_step(self, step: int | None) -> None:
+        self._step = step
+
+    def set_policy_version(self, version: int | None) -> None:
+        self._version = version
+
+    @property
+    def step(self) -> int | None:
+        return self._step
+
+    @property
+    def policy_version(self) -> int | None:
+        return self._version
+
+    def heartbeat(self, phase: str, detail: str = "") -> None:
+        self.emit("heartbeat", phase=phase, detail=detail)
+
+    @contextmanager
+    def span(self, name: str, *, parent: str | tuple[int, int] | None = None, **attributes: Any) -> Iterator[SpanHandle]:
+        """A span (step, weight sync, boundary, grader batch). Events emitted inside carry its ids."""
+        parent_ctx = parse_traceparent(parent) if parent is not None else _SPAN.get()
+        trace_id = parent_ctx[0] if parent_ctx else (random.getrandbits(128) or 1)
+        span_id = random.getrandbits(64) or 1
+        handle = SpanHandle(trace_id, span_id, dict(attributes))
+        token = _SPAN.set((trace_id, span_id))
+        start = _time_ns()
+        try:
+            yield handle
+        except BaseException:
+            handle.status = "error"
+            raise
+        finally:
+            _SPAN.reset(token)
+            try:
+                attrs = json.dumps(handle.attributes, default=str)
+            except (TypeError, ValueError):
+                attrs = "{}"
+            fields = {"name": name, "parent_span_id": f"{parent_ctx[1]:016x}" if parent_ctx else None,
+                      "start_ns": start, "end_ns": _time_ns(), "status": handle.status, "attributes": attrs}
+            q = self._queue
+            if len(q) >= self.max_queue:
+                self._count_drop("queue_full", "recorder", 1)
+            else:
+                q.append(("span", start, _mono_ns(), self._step, self._version, (trace_id, span_id), fields))
+
+    def counter(self, name: str, **labels: str) -> Any:
+        """A Prometheus child of a catalogue metric for direct ``inc()`` (no-op without a Prometheus sink)."""
+        for w in self._workers:
+            child = getattr(w.sink, "child", None)
+            if child is not None:
+                return child(name, **labels)
+        return _NOOP_CHILD
+
+    # ---- bookkeeping ----------------------------------------------------------------------------
+    def _count_drop(self, reason: str, sink: str, n: int) -> None:
+        if n <= 0:
+            return
+        with self._stats_lock:
+            self._drops[(reason, sink)] += n
+
+    def stats(self) -> dict[str, Any]:
+        with self._stats_lock:
+            dropped = dict(self._drops)
+        return {"accepted": self._accepted, "dropped": dropped, "queue_depth": len(self._queue),
+                "dropped_total": sum(dropped.values())}
+
+    @property
+    def metrics_url(self) -> str | None:
+        for w in self._workers:
+            url = getattr(w.sink, "url", None)
+            if url:
+                return url
+        return None
+
+    def sink(self, name: str) -> Any:
+        for w in self._workers:
+            if w.name == name:
+                return w.sink
+        raise KeyError(f"no sink {name!r}; sinks: {[w.name for w in self._workers]}")
+
+    # ---- flusher --------------------------------------------------------------------------------
+    def _flush_loop(self) -> None:
+        while not self._closed:
+            self._wake.wait(self.flush_interval)
+            self._wake.clear()
+            if self._closed:
+                break
+            try:
+                self._drain()
+            except Exception as exc:  # never let the flusher die
+                self._rlog.warning("flusher", "rlobs flusher error: %s: %s", type(exc).__name__, exc)
+
+    def _drain(self) -> int:
+        with self._flush_lock:
+            self._maybe_report()
+            q = self._queue
+            n = len(q)
+            if not n:
+                return self._seq
+            by_kind: dict[str, list[RawEvent]] = {}
+            popleft = q.popleft
+            for _ in range(n):
+                ev = popleft()
+                lst = by_kind.get(ev[0])
+                if lst is None:
+                    by_kind[ev[0]] = lst = []
+                lst.append(ev)
+            self._accepted += n
+            batch = self._validate(by_kind)
+            self._seq += 1
+            for w in self._workers:
+                w.offer(self._seq, batch)
+            return self._seq
+
+    def _validate(self, by_kind: dict[str, list[RawEvent]]) -> EventBatch:
+        """Drop (count, log) unknown kinds and events that do not fit their schema; pre-build Arrow batches."""
+        out: dict[str, list[RawEvent]] = {}
+        arrow: dict[str, Any] = {}
+        for kind, events in by_kind.items():
+            if kind not in KINDS:
+                self._count_drop("unknown_kind", "recorder", len(events))
+                self._rlog.warning(("kind", kind), "rlobs: unknown event kind %r dropped (%d events); valid: %s",
+                                   kind, len(events), ", ".join(sorted(KINDS)))
+                continue
+            try:
+                arrow[kind] = to_record_batch(self.info, kind, events)
+                out[kind] = events
+            except Exception as exc:
+                if not isinstance(exc, InvalidEvents):  # a bug, not bad data: drop the kind's batch, keep going
+                    self._count_drop("invalid_event", "recorder", len(events))
+                    self._rlog.warning(("convert", kind), "rlobs: could not convert %r events: %s: %s",
+                                       kind, type(exc).__name__, exc)
+                    continue
+                arrow[kind] = exc.good
+                bad_ids = {id(e) for e, _ in exc.bad}
+                self._count_drop("invalid_event", "recorder", len(exc.bad))
+                self._rlog.warning(("invalid", kind), "rlobs: %d invalid %r events dropped, e.g. %s",
+                                   len(exc.bad), kind, exc.bad[0][1])
+                good = [e for e in events if id(e) not in bad_ids]
+                if good:
+                    out[kind] = good
+        batch = EventBatch(self.info, out)
+        batch.set_arrow(arrow)
+        return batch
+
+    def _maybe_report(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._last_report < self.report_interval:
+            return
+        self._last_report = now
+        with self._stats_lock:
+            current = Counter(self._drops)
+        for (reason, sink), total in current.items():
+            delta = total - self._reported[(reason, sink)]
+            if delta > 0:
+                self._reported[(reason, sink)] = total
+                # bypass the bound: self-reports must not be lost to the condition they report
+                self._queue.append(("telemetry", _time_ns(), _mono_ns(), self._step, self._version, None,
+                                    {"reason": reason, "sink": sink, "dropped": delta,
+                                     "queue_depth": len(self._queue)}))
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Write everything emitted so far through every sink. True if all sinks caught up in time."""
+        if self._closed:
+            return False
+        deadline = time.monotonic() + timeout
+        seq = self._drain()
+        return all(w.wait_done(seq, deadline) for w in self._workers)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, stop the threads and close the sinks (bounded by ``timeout``). Idempotent."""
+        if self._closed:
+            return
+        deadline = time.monotonic() + (self.close_timeout if timeout is None else timeout)
+        try:
+            self._maybe_report(force=True)
+            self._drain()
+        except Exception as exc:
+            log.warning("rlobs: final drain failed: %s", exc)
+        self._closed = True
+        self._wake.set()
+        for w in self._workers:
+            w.close(deadline)
+        self._flusher.join(max(deadline - time.monotonic(), 0.0))
+        try:
+            atexit.unregister(self.close)
+        except Exception:
+            pass
+        for cb in getattr(self, "_on_close", ()):
+            try:
+                cb()
+            except Exception as exc:
+                log.warning("rlobs: close callback failed: %s", exc)
+
+
+class _NoopChild:
+    def inc(self, amount: float = 1.0) -> None:
+        pass
+
+    def set(self, value: float) -> None:
+        pass
+
+    def observe(self, value: float) -> None:
+        pass
+
+
+_NOOP_CHILD = _NoopChild()
+
+
+class NoopRecorder:
+    """What ``rlobs.get_recorder()`` returns before ``rlobs.init``: every call does nothing."""
+
+    enabled = False
+    info = None
+    step = None
+    policy_version = None
+    metrics_url = None
+
+    def emit(self, kind: str, /, **fields: Any) -> None:
+        pass
+
+    def set_step(self, step: int | None) -> None:
+        pass
+
+    def set_policy_version(self, version: int | None) -> None:
+        pass
+
+    def heartbeat(self, phase: str, detail: str = "") -> None:
+        pass
+
+    @contextmanager
+    def span(self, name: str, *, parent: Any = None, **attributes: Any) -> Iterator[SpanHandle]:
+        yield SpanHandle(0, 0, dict(attributes))
+
+    def counter(self, name: str, **labels: str) -> Any:
+        return _NOOP_CHILD
+
+    def stats(self) -> dict[str, Any]:
+        return {"accepted": 0, "dropped": {}, "queue_depth": 0, "dropped_total": 0}
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        return True
+
+    def close(self, timeout: float | None = None) -> None:
+        pass

@@ -1,0 +1,194 @@
+"""Prometheus sink: turns events into the catalogue's metrics and serves them on ``/metrics``.
+
+Each process serves its own endpoint, bound to 127.0.0.1 by default (``RLOBS_METRICS_ADDR`` /
+``RLOBS_METRICS_PORT`` or constructor arguments; port 0 picks a free one), and writes a Prometheus
+``file_sd`` target file ``<run_dir>/prometheus_sd/<process>.json`` so that one scrape config with
+``file_sd_configs: [{files: ['<run_dir>/prometheus_sd/*.json']}]`` finds every process of a run.
+The file is removed on a clean close.
+
+The metrics live in a private ``CollectorRegistry`` (never the global one), and every series carries
+the implicit ``run`` and ``component`` labels. Event-to-metric routing comes from
+``rlobs.catalogue``; the recorder's own counters come from a collector that reads its stats at scrape
+time, so they cost nothing on the hot path.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from rlobs.catalogue import CATALOGUE, IMPLICIT_LABELS, METRICS, MetricSpec, by_kind
+from rlobs.events import EventBatch, WriterInfo
+from rlobs.store.manifest import PROMETHEUS_SD_DIR, write_json_atomic
+
+log = logging.getLogger("rlobs.prometheus")
+
+_ENVELOPE_INDEX = {"ts_ns": 1, "mono_ns": 2, "step": 3, "policy_version": 4}
+
+
+def _make(spec: MetricSpec, registry: CollectorRegistry) -> Any:
+    labels = IMPLICIT_LABELS + spec.labels
+    if spec.type == "counter":
+        return Counter(spec.name, spec.help, labels, registry=registry)
+    if spec.type == "gauge":
+        return Gauge(spec.name, spec.help, labels, registry=registry)
+    return Histogram(spec.name, spec.help, labels, registry=registry, buckets=spec.buckets)
+
+
+class _Route:
+    """Feeds one metric from one event kind."""
+
+    __slots__ = ("spec", "metric", "op", "value_field", "value_index", "label_fields", "where", "scale",
+                 "children", "base")
+
+    def __init__(self, spec: MetricSpec, metric: Any, base: tuple[str, str]):
+        src = spec.source
+        assert src is not None
+        self.spec = spec
+        self.metric = metric
+        self.op = src.op
+        self.value_field = src.field
+        self.value_index = _ENVELOPE_INDEX.get(src.field or "", 0)
+        self.label_fields = tuple(src.labels[name] for name in spec.labels)
+        self.where = tuple(src.where.items())
+        self.scale = src.scale
+        self.children: dict[tuple[str, ...], Any] = {}
+        self.base = base
+
+    def apply(self, event: tuple) -> None:
+        fields = event[6]
+        for k, v in self.where:
+            if fields.get(k) != v:
+                return
+        if self.label_fields:
+            key = tuple("" if fields.get(f) is None else str(fields.get(f)) for f in self.label_fields)
+        else:
+            key = ()
+        child = self.children.get(key)
+        if child is None:
+            child = self.metric.labels(*self.base, *key)
+            self.children[key] = child
+        if self.op == "count":
+            child.inc()
+            return
+        value = event[self.value_index] if self.value_index else fields.get(self.value_field)
+        if value is None:
+            return
+        value = float(value) * self.scale
+        if self.op == "set":
+            child.set(value)
+        elif not math.isfinite(value):
+            return  # a NaN would poison a counter or histogram sum forever
+        elif self.op == "sum":
+            if value >= 0:
+                child.inc(value)
+        else:
+            child.observe(value)
+
+
+class _RecorderStatsCollector(Collector):
+    """Exposes the recorder's own health, read at scrape time."""
+
+    def __init__(self, stats: Callable[[], dict[str, Any]], base: tuple[str, str]):
+        self._stats = stats
+        self._base = base
+
+    def collect(self) -> Iterable[Any]:
+        s = self._stats()
+        run, comp = self._base
+        dropped = CATALOGUE["rlobs_telemetry_dropped_total"]
+        c = CounterMetricFamily(dropped.name[: -len("_total")], dropped.help, labels=IMPLICIT_LABELS + dropped.labels)
+        for (reason, sink), n in sorted(s.get("dropped", {}).items()):
+            c.add_metric([run, comp, reason, sink], n)
+        yield c
+        ev = CATALOGUE["rlobs_telemetry_events_total"]
+        c2 = CounterMetricFamily(ev.name[: -len("_total")], ev.help, labels=IMPLICIT_LABELS)
+        c2.add_metric([run, comp], s.get("accepted", 0))
+        yield c2
+        qd = CATALOGUE["rlobs_telemetry_queue_depth"]
+        g = GaugeMetricFamily(qd.name, qd.help, labels=IMPLICIT_LABELS)
+        g.add_metric([run, comp], s.get("queue_depth", 0))
+        yield g
+
+
+class PrometheusSink:
+    name = "prometheus"
+
+    def __init__(self, info: WriterInfo, *, run_dir: Path | None = None, port: int | None = None,
+                 addr: str | None = None, serve: bool = True,
+                 stats: Callable[[], dict[str, Any]] | None = None):
+        self.info = info
+        self.registry = CollectorRegistry(auto_describe=False)
+        base = (info.run_id, info.component)
+        self._base = base
+        self._metrics: dict[str, Any] = {}
+        for spec in METRICS:
+            if spec.source is not None:
+                self._metrics[spec.name] = _make(spec, self.registry)
+        self._routes: dict[str, list[_Route]] = {
+            kind: [_Route(s, self._metrics[s.name], base) for s in specs] for kind, specs in by_kind().items()
+        }
+        if stats is not None:
+            self.registry.register(_RecorderStatsCollector(stats, base))
+        self.server: Any = None
+        self.url: str | None = None
+        self._sd_file: Path | None = None
+        if serve:
+            self._serve(run_dir, port, addr)
+
+    def _serve(self, run_dir: Path | None, port: int | None, addr: str | None) -> None:
+        addr = addr if addr is not None else os.environ.get("RLOBS_METRICS_ADDR", "127.0.0.1")
+        if port is None:
+            port = int(os.environ.get("RLOBS_METRICS_PORT", "0"))
+        self.server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        bound = self.server.server_port
+        host = addr if addr not in ("", "0.0.0.0", "::") else socket.gethostname()
+        self.target = f"{host}:{bound}"
+        self.url = f"http://{self.target}/metrics"
+        if run_dir is not None:
+            sd_dir = Path(run_dir) / PROMETHEUS_SD_DIR
+            sd_dir.mkdir(parents=True, exist_ok=True)
+            self._sd_file = sd_dir / f"{self.info.process}.json"
+            write_json_atomic(self._sd_file, [{
+                "targets": [self.target],
+                "labels": {"rlobs_process": self.info.process},
+            }])
+
+    def child(self, name: str, **labels: str) -> Any:
+        """A labelled child of a catalogue metric, for direct updates (``.inc()`` / ``.set()`` / ``.observe()``)."""
+        spec = CATALOGUE.get(name)
+        if spec is None or name not in self._metrics:
+            raise ValueError(f"{name!r} is not an event-fed catalogue metric of this sink")
+        missing = set(spec.labels) ^ set(labels)
+        if missing:
+            raise ValueError(f"{name!r} takes labels {list(spec.labels)}, got {sorted(labels)}")
+        return self._metrics[name].labels(*self._base, *(labels[k] for k in spec.labels))
+
+    def write(self, batch: EventBatch) -> None:
+        routes = self._routes
+        for kind, events in batch.by_kind.items():
+            rs = routes.get(kind)
+            if not rs:
+                continue
+            for e in events:
+                for r in rs:
+                    r.apply(e)
+
+    def flush(self) -> None:
+        pass
+
+    def close(self) -> None:
+        if self._sd_file is not None:
+            self._sd_file.unlink(missing_ok=True)
+        if self.server is not None:
+            self.server.shutdown()
+            self.server.server_close()
+            self.server = None

@@ -1,0 +1,288 @@
+"""Open a run record and query it with DuckDB.
+
+``open_run(path)`` reads the manifest (refusing unknown schema majors), finds every segment,
+reads open or truncated IPC streams up to their last complete batch, checks sealed Parquet files,
+and creates one DuckDB view per event kind plus an ``events`` view of all envelopes. Whatever could
+not be read is listed in ``RunRecord.problems``; it never raises for a damaged segment.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from rlobs.schema import ENVELOPE_NAMES, KINDS, SCHEMA_MAJOR, arrow_schema, parse_version
+from rlobs.store.manifest import EVENTS_DIR, PROCESSES_DIR, RunRecordError, read_manifest
+from rlobs.store.segments import ARROWS, PARQUET
+
+_EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
+
+
+@dataclass(frozen=True)
+class ReadProblem:
+    """A segment that could not be read in full."""
+
+    path: str
+    kind: str
+    problem: str  # truncated | unsealed | unreadable | schema
+    detail: str
+    rows_read: int = 0
+    bytes_unread: int = 0
+
+
+@dataclass
+class ProcessInfo:
+    process: str
+    component: str = "?"
+    rank: int = 0
+    host: str = "?"
+    pid: int = 0
+    started_ns: int | None = None
+    ended_ns: int | None = None
+    metrics_url: str | None = None
+    status: str = "unknown"  # ended | running | lost | unknown
+    extra: dict[str, Any] = field(default_factory=dict)
+
+
+def _schema_major(schema: pa.Schema) -> int | None:
+    meta = schema.metadata or {}
+    raw = meta.get(b"rlobs.schema_version")
+    if raw is None:
+        return None
+    return parse_version(raw.decode())[0]
+
+
+def read_stream(path: Path, kind: str = "?") -> tuple[pa.Table | None, ReadProblem | None]:
+    """Read an Arrow IPC stream up to its last complete batch. Never raises for damaged data."""
+    try:
+        size = path.stat().st_size
+        source = pa.memory_map(str(path), "r")
+    except OSError as exc:
+        return None, ReadProblem(str(path), kind, "unreadable", f"{type(exc).__name__}: {exc}")
+    batches: list[pa.RecordBatch] = []
+    problem: ReadProblem | None = None
+    try:
+        try:
+            reader = pa.ipc.open_stream(source)
+        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            detail = "empty file (writer killed before its first flush)" if size < 8 else str(exc)
+            return None, ReadProblem(str(path), kind, "truncated", detail, 0, size)
+        major = _schema_major(reader.schema)
+        if major is not None and major != SCHEMA_MAJOR:
+            return None, ReadProblem(str(path), kind, "schema", f"segment written with schema major {major}")
+        while True:
+            try:
+                batches.append(reader.read_next_batch())
+            except StopIteration:
+                break
+            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+                read = sum(b.nbytes for b in batches)
+                problem = ReadProblem(str(path), kind, "truncated", f"partial last batch: {exc}",
+                                      sum(b.num_rows for b in batches), max(size - read, 0))
+                break
+        schema = reader.schema
+    finally:
+        source.close()
+    if problem is None:
+        with open(path, "rb") as fh:
+            fh.seek(max(size - 8, 0))
+            tail = fh.read(8)
+        if tail != _EOS:
+            problem = ReadProblem(str(path), kind, "unsealed",
+                                  "no end-of-stream marker: writer still running or killed",
+                                  sum(b.num_rows for b in batches))
+    table = pa.Table.from_batches(batches, schema=schema) if batches else pa.Table.from_batches([], schema=schema)
+    return table, problem
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sql_str(s: str) -> str:
+    return "'" + s.replace("'", "''") + "'"
+
+
+class RunRecord:
+    """A run record opened for queries. Use ``sql()`` or the per-kind views (``SELECT * FROM rollout``)."""
+
+    def __init__(self, path: Path, manifest: dict[str, Any], con: duckdb.DuckDBPyConnection,
+                 problems: list[ReadProblem], files: dict[str, list[str]], processes: list[ProcessInfo]):
+        self.path = path
+        self.manifest = manifest
+        self.con = con
+        self.problems = problems
+        self.files = files
+        self.processes = processes
+
+    @property
+    def run_id(self) -> str:
+        return str(self.manifest["run_id"])
+
+    @property
+    def schema_version(self) -> str:
+        return str(self.manifest["schema_version"])
+
+    def sql(self, query: str, params: Iterable[Any] | None = None) -> duckdb.DuckDBPyRelation:
+        return self.con.sql(query, params=params) if params is not None else self.con.sql(query)
+
+    def table(self, kind: str) -> pa.Table:
+        if kind not in KINDS:
+            raise ValueError(f"unknown event kind {kind!r}; valid: {', '.join(sorted(KINDS))}")
+        return self.con.sql(f'SELECT * FROM "{kind}"').to_arrow_table()
+
+    def counts(self) -> dict[str, int]:
+        out = {}
+        for kind in self.files:
+            n = self.con.execute(f'SELECT count(*) FROM "{kind}"').fetchone()[0]
+            if n:
+                out[kind] = int(n)
+        return out
+
+    def info(self) -> dict[str, Any]:
+        counts = self.counts()
+        span = (None, None)
+        if counts:
+            span = self.con.execute("SELECT min(ts_ns), max(ts_ns) FROM events").fetchone()
+        by_process = {}
+        if counts:
+            for proc, n in self.con.execute("SELECT process, count(*) FROM events GROUP BY process ORDER BY process").fetchall():
+                by_process[proc] = int(n)
+        return {
+            "path": str(self.path),
+            "run_id": self.run_id,
+            "schema_version": self.schema_version,
+            "kinds": counts,
+            "events": sum(counts.values()),
+            "first_ts_ns": span[0],
+            "last_ts_ns": span[1],
+            "duration_s": (span[1] - span[0]) / 1e9 if span[0] is not None else 0.0,
+            "processes": [{**asdict(p), "events": by_process.get(p.process, 0)} for p in self.processes],
+            "problems": [asdict(p) for p in self.problems],
+            "truncated": any(p.problem in ("truncated", "unreadable") for p in self.problems),
+        }
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> "RunRecord":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _load_processes(run_dir: Path) -> list[ProcessInfo]:
+    out = []
+    pdir = run_dir / PROCESSES_DIR
+    if not pdir.is_dir():
+        return out
+    host = socket.gethostname()
+    for f in sorted(pdir.glob("*.json")):
+        try:
+            raw = json.loads(f.read_text())
+        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+            out.append(ProcessInfo(process=f.stem, status="unknown"))
+            continue
+        known = {k: raw.get(k) for k in ("component", "rank", "host", "pid", "started_ns", "ended_ns", "metrics_url")}
+        info = ProcessInfo(process=str(raw.get("process", f.stem)), **{k: v for k, v in known.items() if v is not None},
+                           extra={k: v for k, v in raw.items() if k not in known and k != "process"})
+        if info.ended_ns:
+            info.status = "ended"
+        elif info.host == host and info.pid:
+            info.status = "running" if _pid_alive(int(info.pid)) else "lost"
+        out.append(info)
+    return out
+
+
+def open_run(path: str | os.PathLike[str]) -> RunRecord:
+    """Open the run record at ``path``. Raises RunRecordError / UnsupportedSchemaVersion for a bad manifest."""
+    run_dir = Path(path)
+    if not run_dir.exists():
+        raise RunRecordError(f"{run_dir} does not exist")
+    manifest = read_manifest(run_dir)
+    con = duckdb.connect(":memory:")
+    problems: list[ReadProblem] = []
+    files: dict[str, list[str]] = {}
+    events_dir = run_dir / EVENTS_DIR
+    envelope_parts = []
+    for kind in KINDS:
+        kdir = events_dir / kind
+        parquet: list[str] = []
+        tails: list[pa.Table] = []
+        if kdir.is_dir():
+            for f in sorted(kdir.iterdir()):
+                if f.name.startswith("."):
+                    continue
+                if f.suffix == PARQUET:
+                    try:
+                        schema = pq.read_schema(f)
+                        major = _schema_major(schema)
+                        if major is not None and major != SCHEMA_MAJOR:
+                            problems.append(ReadProblem(str(f), kind, "schema", f"segment written with schema major {major}"))
+                            continue
+                        pq.read_metadata(f)
+                    except (pa.ArrowInvalid, OSError, ValueError) as exc:
+                        problems.append(ReadProblem(str(f), kind, "unreadable", f"{type(exc).__name__}: {exc}"))
+                        continue
+                    parquet.append(str(f))
+                elif f.suffix == ARROWS:
+                    if f.with_suffix(PARQUET).exists():
+                        continue  # sealed; the .arrows is a leftover of an interrupted seal
+                    table, problem = read_stream(f, kind)
+                    if problem is not None:
+                        problems.append(problem)
+                    if table is not None and table.num_rows:
+                        tails.append(table)
+        parts = []
+        if parquet:
+            parts.append(f"SELECT * FROM read_parquet([{', '.join(_sql_str(p) for p in parquet)}], union_by_name=true)")
+        if tails:
+            name = f"_tail_{kind}"
+            con.register(name, pa.concat_tables(tails, promote_options="permissive"))
+            parts.append(f'SELECT * FROM "{name}"')
+        empty = f"_empty_{kind}"
+        con.register(empty, arrow_schema(kind).empty_table())
+        parts.append(f'SELECT * FROM "{empty}"')
+        cols = ", ".join(f'"{f.name}"' for f in arrow_schema(kind))
+        con.execute(f'CREATE VIEW "{kind}" AS SELECT {cols} FROM ({" UNION ALL BY NAME ".join(parts)})')
+        if parquet or tails:
+            files[kind] = parquet + [str(t) for t in range(len(tails))]
+            env_cols = ", ".join(f'"{n}"' for n in ENVELOPE_NAMES)
+            envelope_parts.append(f"SELECT {_sql_str(kind)} AS kind, {env_cols} FROM \"{kind}\"")
+    if envelope_parts:
+        con.execute("CREATE VIEW events AS " + " UNION ALL ".join(envelope_parts))
+    else:
+        env_cols = ", ".join(f'NULL::{_duck(n)} AS "{n}"' for n in ENVELOPE_NAMES)
+        con.execute(f"CREATE VIEW events AS SELECT NULL::VARCHAR AS kind, {env_cols} WHERE false")
+    return RunRecord(run_dir, manifest, con, problems, files, _load_processes(run_dir))
+
+
+def _duck(name: str) -> str:
+    return {"ts_ns": "BIGINT", "mono_ns": "BIGINT", "rank": "INTEGER", "step": "BIGINT",
+            "policy_version": "BIGINT"}.get(name, "VARCHAR")
+
+
+def is_run_dir(path: Path) -> bool:
+    try:
+        read_manifest(path)
+    except RunRecordError:
+        return False
+    return True
+
+
+__all__ = ["RunRecord", "ReadProblem", "ProcessInfo", "open_run", "read_stream", "RunRecordError", "is_run_dir"]
