@@ -1,0 +1,3 @@
+from rlobs.cli import main
+
+main()
