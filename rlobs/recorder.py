@@ -111,8 +111,6 @@ class _SinkWorker:
                 return
             if len(self.pending) >= self.max_pending:
                 self.rec._count_drop("sink_backlog", self.name, len(batch))
-                self.done_seq = seq
-                self.cv.notify_all()
                 return
             self.pending.append((seq, batch))
             self.cv.notify_all()

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-SCHEMA_VERSION = "1.0"
+SCHEMA_VERSION = "1.1"
 SCHEMA_MAJOR = 1
 
 # Documented migrations between major versions (none yet: 1 is the first).
@@ -179,6 +179,7 @@ _KIND_LIST: tuple[Kind, ...] = (
         F("inflight_aborted", "int64", "cache_reset: in-flight requests aborted"),
         F("inflight_resumed", "int64", "cache_reset: in-flight requests resumed"),
         F("error", "string", "error message"),
+        F("missing_tensors", "string", "dump/load: JSON list of expected tensor names that are absent"),
     )),
     Kind("queue", "depth sample of a bounded queue", (
         F("queue", "string", "queue name"),
@@ -231,11 +232,13 @@ _KIND_LIST: tuple[Kind, ...] = (
         F("tokens", "int64", "completion tokens"),
         F("staleness", "int64", "consumed: trainer version - dispatch version"),
         F("age_s", "float64", "consumed/dropped: seconds since generation"),
+        F("duplicate", "bool", "this sample already made this transition (or already ended): exactly-once violated"),
     )),
     Kind("goodput", "token accounting of one step by category", (
         F("category", "string", "effective | stale | expired | zero_advantage | truncated | grader_error | aborted"),
         F("tokens", "int64", "tokens"),
         F("samples", "int64", "samples"),
+        F("effective_ratio", "float64", "category effective only: effective tokens / all tokens accounted this step"),
     )),
     Kind("manifest", "what one process runs with", (
         F("host", "string", "host name"),

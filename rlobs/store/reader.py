@@ -148,7 +148,7 @@ class RunRecord:
     def counts(self) -> dict[str, int]:
         out = {}
         for kind in self.files:
-            n = self.con.execute(f'SELECT count(*) FROM "{kind}"').fetchone()[0]
+            n = self.con.sql(f'SELECT count(*) FROM "{kind}"').fetchall()[0][0]
             if n:
                 out[kind] = int(n)
         return out
@@ -157,10 +157,10 @@ class RunRecord:
         counts = self.counts()
         span = (None, None)
         if counts:
-            span = self.con.execute("SELECT min(ts_ns), max(ts_ns) FROM events").fetchone()
+            span = self.con.sql("SELECT min(ts_ns), max(ts_ns) FROM events").fetchall()[0]
         by_process = {}
         if counts:
-            for proc, n in self.con.execute("SELECT process, count(*) FROM events GROUP BY process ORDER BY process").fetchall():
+            for proc, n in self.con.sql("SELECT process, count(*) FROM events GROUP BY process ORDER BY process").fetchall():
                 by_process[proc] = int(n)
         return {
             "path": str(self.path),
