@@ -1,0 +1,137 @@
+"""OpenTelemetry export: spans reach a real OTLP/HTTP endpoint; a dead or hanging one costs the producer nothing."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+
+import rlobs
+
+
+class _Receiver:
+    """A minimal OTLP/HTTP (protobuf) trace receiver on 127.0.0.1."""
+
+    def __init__(self):
+        self.spans: list = []
+        self.resources: list = []
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):  # noqa: N802
+                body = self.rfile.read(int(self.headers["Content-Length"]))
+                req = ExportTraceServiceRequest()
+                req.ParseFromString(body)
+                for rs in req.resource_spans:
+                    receiver.resources.append({a.key: a.value for a in rs.resource.attributes})
+                    for ss in rs.scope_spans:
+                        receiver.spans.extend(ss.spans)
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.port = self.server.server_address[1]
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def stop(self):
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _wait(cond, timeout=15.0):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def otlp_env(monkeypatch):
+    def set_endpoint(port: int):
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", f"http://127.0.0.1:{port}")
+        monkeypatch.setenv("OTEL_EXPORTER_OTLP_TIMEOUT", "1")
+
+    return set_endpoint
+
+
+def test_spans_exported_over_otlp_with_the_record_ids(run_dir, otlp_env):
+    recv = _Receiver()
+    otlp_env(recv.port)
+    rec = rlobs.init(run_dir, component="trainer", prometheus=False)
+    try:
+        rec.set_step(4)
+        with rec.span("train_step") as outer:
+            with rec.span("weight_sync", version=5):
+                pass
+        rec.flush()
+        assert _wait(lambda: len(recv.spans) == 2)
+        by_name = {s.name: s for s in recv.spans}
+        assert by_name["train_step"].trace_id.hex() == f"{outer.trace_id:032x}"
+        assert by_name["weight_sync"].parent_span_id.hex() == f"{outer.span_id:016x}"
+        attrs = {a.key: a.value.int_value for a in by_name["weight_sync"].attributes}
+        assert attrs["version"] == 5 and attrs["rlobs.step"] == 4
+        assert recv.resources[0]["service.name"].string_value == "rlobs.trainer"
+    finally:
+        rlobs.shutdown()
+        recv.stop()
+    with rlobs.open_run(run_dir) as record:  # and the spans are in the run record as well
+        assert record.counts()["span"] == 2
+
+
+def _emit_spans_timed(rec, n: int) -> float:
+    worst = 0.0
+    for i in range(n):
+        t0 = time.perf_counter()
+        with rec.span("grader_batch", i=i):
+            pass
+        worst = max(worst, time.perf_counter() - t0)
+    return worst
+
+
+def test_stopped_endpoint_neither_blocks_nor_raises_and_drops_are_counted(run_dir, otlp_env):
+    recv = _Receiver()
+    otlp_env(recv.port)
+    rec = rlobs.init(run_dir, component="trainer", prometheus=False)
+    _emit_spans_timed(rec, 10)
+    rec.flush()
+    assert _wait(lambda: len(recv.spans) == 10)
+    recv.stop()  # the collector goes away mid-run
+    worst = _emit_spans_timed(rec, 500)
+    rec.flush()
+    assert worst < 0.05, f"an emit took {worst * 1e3:.1f} ms"
+    t0 = time.perf_counter()
+    rlobs.shutdown(timeout=5.0)
+    assert time.perf_counter() - t0 < 8.0
+    dropped = rec.stats()["dropped"]
+    assert dropped.get(("otlp_export", "otel"), 0) > 0
+    with rlobs.open_run(run_dir) as record:
+        assert record.counts()["span"] == 510  # the record kept every span
+
+
+def test_hanging_endpoint_neither_blocks_nor_raises(run_dir, otlp_env):
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)  # accepts connections, never answers
+    otlp_env(listener.getsockname()[1])
+    rec = rlobs.init(run_dir, component="trainer", prometheus=False)
+    try:
+        worst = _emit_spans_timed(rec, 300)
+        assert worst < 0.05
+        rec.flush()
+        t0 = time.perf_counter()
+        rlobs.shutdown(timeout=3.0)
+        assert time.perf_counter() - t0 < 6.0
+    finally:
+        listener.close()
+    with rlobs.open_run(run_dir) as record:
+        assert record.counts()["span"] == 300

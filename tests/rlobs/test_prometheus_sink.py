@@ -1,0 +1,146 @@
+from __future__ import annotations
+
+import json
+import math
+import shutil
+import subprocess
+import urllib.request
+
+import pytest
+
+import rlobs
+from rlobs.catalogue import FORBIDDEN_LABELS
+
+
+def _scrape(url: str) -> str:
+    with urllib.request.urlopen(url, timeout=10) as resp:
+        return resp.read().decode()
+
+
+def _key(series: str) -> tuple[str, frozenset[str]]:
+    """Name and label set of a series, independent of label order."""
+    if "{" not in series:
+        return series, frozenset()
+    name, rest = series.split("{", 1)
+    return name, frozenset(rest.rstrip("}").split(","))
+
+
+def _samples(text: str) -> dict[tuple[str, frozenset[str]], float]:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            series, value = line.rsplit(" ", 1)
+            out[_key(series)] = float(value)
+    return out
+
+
+@pytest.fixture
+def prom_rec(run_dir):
+    rec = rlobs.init(run_dir, component="grader", rank=0, prometheus=True, run_id="run-1")
+    yield rec
+    rlobs.shutdown()
+
+
+def test_metrics_served_on_loopback_with_file_sd_target(prom_rec, run_dir):
+    assert prom_rec.metrics_url.startswith("http://127.0.0.1:")
+    (sd_file,) = (run_dir / "prometheus_sd").glob("*.json")
+    sd = json.loads(sd_file.read_text())
+    assert sd[0]["targets"] == [prom_rec.metrics_url.split("/")[2]]
+    rlobs.shutdown()
+    assert not sd_file.exists()  # a cleanly closed process is no longer a target
+
+
+def test_events_become_catalogue_metrics_with_exact_values(prom_rec):
+    rec = prom_rec
+    for lat, outcome in [(0.2, "ok"), (0.4, "ok"), (7.0, "timeout")]:
+        rec.emit("grader_call", grader_kind="code", latency_s=lat, outcome=outcome, queue_wait_s=0.01)
+    rec.emit("train_step", grad_norm=float("nan"), nonfinite=True, loss=1.0, tokens=100)
+    rec.emit("train_step", grad_norm=3.5, nonfinite=False, loss=0.5, tokens=50)
+    rec.emit("weight_sync", boundary="load", fingerprint_match=False, duration_s=0.1, bytes=1024, outcome="mismatch")
+    rec.emit("ledger", sample_id="s1", state="dropped", reason="stale")
+    rec.emit("ledger", sample_id="s2", state="consumed", staleness=2, age_s=1.5)
+    rec.emit("heartbeat", phase="grade")
+    assert rec.flush()
+    text = _scrape(rec.metrics_url)
+    base = 'component="grader",run="run-1"'
+    expect = {
+        f'rlobs_grader_calls_total{{{base},grader_kind="code",outcome="ok"}}': 2.0,
+        f'rlobs_grader_calls_total{{{base},grader_kind="code",outcome="timeout"}}': 1.0,
+        f'rlobs_grader_latency_seconds_count{{{base},grader_kind="code"}}': 3.0,
+        f'rlobs_grader_latency_seconds_sum{{{base},grader_kind="code"}}': 7.6000000000000005,
+        f'rlobs_grader_latency_seconds_bucket{{{base},grader_kind="code",le="0.25"}}': 1.0,
+        f'rlobs_grad_norm{{{base}}}': 3.5,
+        f'rlobs_grad_norm_nonfinite_total{{{base}}}': 1.0,
+        f'rlobs_train_tokens_total{{{base}}}': 150.0,
+        f'rlobs_weight_sync_fingerprint_mismatches_total{{{base}}}': 1.0,
+        f'rlobs_weight_sync_boundaries_total{{{base},boundary="load",outcome="mismatch"}}': 1.0,
+        f'rlobs_samples_total{{{base},reason="stale",state="dropped"}}': 1.0,
+        f'rlobs_sample_staleness_versions_count{{{base}}}': 1.0,
+        f'rlobs_sample_staleness_versions_sum{{{base}}}': 2.0,
+        f'rlobs_heartbeats_total{{{base}}}': 1.0,
+    }
+    samples = _samples(text)
+    for series, value in expect.items():
+        assert _key(series) in samples, series
+        assert math.isclose(samples[_key(series)], value), (series, samples[_key(series)])
+    hb = [k for k in samples if k[0] == "rlobs_heartbeat_timestamp_seconds"]
+    assert len(hb) == 1 and samples[hb[0]] > 1.7e9
+    # the recorder's own health is exported too
+    assert _key(f'rlobs_telemetry_events_total{{{base}}}') in samples
+
+
+def test_no_ids_in_any_exported_label(prom_rec):
+    prom_rec.emit("ledger", sample_id="s-123", group_id="g-9", state="generated")
+    prom_rec.emit("rollout", sample_id="s-123", group_id="g-9", finish_reason="stop", completion_tokens=4)
+    prom_rec.flush()
+    text = _scrape(prom_rec.metrics_url)
+    assert "s-123" not in text and "g-9" not in text
+    for line in text.splitlines():
+        if "{" in line and not line.startswith("#"):
+            labels = {kv.split("=")[0] for kv in line[line.index("{") + 1: line.index("}")].split(",")}
+            assert not labels & FORBIDDEN_LABELS, line
+
+
+def test_direct_counter_increment(prom_rec):
+    child = prom_rec.counter("rlobs_grader_calls_total", grader_kind="exact", outcome="ok")
+    for _ in range(3):
+        child.inc()
+    key = _key('rlobs_grader_calls_total{component="grader",grader_kind="exact",outcome="ok",run="run-1"}')
+    assert _samples(_scrape(prom_rec.metrics_url))[key] == 3.0
+    with pytest.raises(ValueError, match="takes labels"):
+        prom_rec.counter("rlobs_grader_calls_total", grader_kind="exact")
+
+
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool not installed (apt-get install prometheus)")
+def test_promtool_check_metrics_is_clean_on_a_real_scrape(prom_rec):
+    from rlobs.schema import KINDS
+
+    # one event of every kind with every numeric field set, so every metric family has samples
+    prom_rec.emit("rollout", finish_reason="stop", completion_tokens=10, gen_seconds=0.5)
+    prom_rec.emit("grader_call", grader_kind="rule", latency_s=0.1, queue_wait_s=0.0, outcome="ok")
+    prom_rec.emit("grader_inflight", grader_kind="rule", in_flight=1, overdue=0, oldest_age_s=0.2)
+    prom_rec.emit("train_step", loss=1.0, grad_norm=1.0, spike_score=0.0, step_seconds=1.0, tokens=10,
+                  nonfinite=False, spike=False, clipped=False, reward_mean=0.5, data_wait_s=0.1, reward_wait_s=0.05)
+    prom_rec.emit("advantage", zero_std_ratio=0.1, near_zero_std_ratio=0.0, max_abs_advantage=2.0, denom_min=0.3,
+                  token_denominator=100.0, nonfinite_denominators=0, ranks_agree=True)
+    prom_rec.emit("staleness", max_staleness=1, mean_staleness=0.5, is_ratio_max=1.1, is_ratio_mean=1.0,
+                  is_clipped_ratio=0.0, ess_ratio=0.98)
+    for b in ("dump", "staging", "transfer", "load", "cache_reset", "end_to_end"):
+        prom_rec.emit("weight_sync", version=1, boundary=b, duration_s=0.01, bytes=10, outcome="ok",
+                      bandwidth_bps=1e6, lock_wait_s=0.0, mem_hwm_bytes=1, reset_confirmed=True,
+                      fingerprint_match=True, torn=False)
+    prom_rec.emit("queue", queue="rollouts", depth=3, capacity=8, oldest_age_s=0.5)
+    prom_rec.emit("throughput", samples_per_s=1.0, tokens_per_s=10.0, effective_samples_per_s=0.9, idle_ratio=0.1,
+                  predicted_staleness=1.0)
+    prom_rec.emit("parity", mean_abs_dlogp=0.001, max_abs_dlogp=0.01, kl_k3=0.0001, hashes_match=True)
+    prom_rec.emit("heartbeat", phase="train")
+    prom_rec.emit("phase", phase="training", seconds=1.0, tokens=10)
+    prom_rec.emit("ledger", sample_id="a", state="consumed", staleness=1, age_s=0.3)
+    prom_rec.emit("goodput", category="effective", tokens=10, samples=1)
+    prom_rec.emit("incident", fault="none")
+    assert set(KINDS)  # all kinds defined
+    prom_rec.flush()
+    text = _scrape(prom_rec.metrics_url)
+    out = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.strip() == "" and out.stderr.strip() == "", out.stdout + out.stderr
