@@ -1,0 +1,421 @@
+"""Weight sync, five boundaries: each a timed, verified span per policy version (DESIGN.md §2.4).
+
+    probe = WeightSyncProbe()
+    with probe.sync(version, optimizer_step_ns=t_step) as s:           # span "weight_sync"
+        with s.dump(expected=names) as b:                              # 1. trainer-side dump
+            state = model.state_dict(); b.record_state(state)          #    bytes, presence, fingerprints
+        staged = s.read_staging(buffer)                                # 2. StagingBuffer: lock, seq, torn
+        with s.transfer() as b: send(staged); b.bytes = nbytes         # 3. bytes, seconds, bandwidth
+        with s.load() as b: engine.load(staged); b.record_state(engine_state)  # 4. compare, memory HWM
+        with s.cache_reset() as b:                                     # 5. requested AND confirmed
+            b.requested(); b.confirmed(engine.reset_prefix_cache()); b.inflight(aborted=3)
+    # exit: an ``end_to_end`` event, duration = optimiser step -> generator serving the version
+
+Every boundary emits one ``weight_sync`` event inside a child span ``weight_sync.<boundary>``.
+Outcomes: ``ok``; ``error`` (the block raised; the exception propagates); ``mismatch`` (dump: an
+expected tensor is missing; load: a fingerprint differs from the dump's or a tensor is missing);
+``torn`` (staging read overlapped a write); ``skipped`` (cache reset not requested or not confirmed,
+or a required boundary never ran in this sync: emitted at the end so a forgotten cache reset shows).
+
+Fingerprints: xxh3-64 over dtype, shape and raw bytes of each tensor (torch tensors, including
+bfloat16, and numpy arrays). GPU tensors are copied to the host to hash them, which costs a D2H copy
+of the weights: on large models fingerprint a subset (``record_state(state, names=...)``).
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import sys
+import threading
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Any, Callable, Iterable, Iterator, Mapping
+
+import numpy as np
+
+from probes._common import Recorderish, dumps, is_tensor, recorder_or_global
+
+try:
+    import xxhash
+
+    def _hasher() -> Any:
+        return xxhash.xxh3_64()
+except ImportError:  # pragma: no cover - xxhash is a declared dependency; keep working without it
+    import hashlib
+
+    def _hasher() -> Any:
+        return hashlib.blake2b(digest_size=8)
+
+BOUNDARIES = ("dump", "staging", "transfer", "load", "cache_reset")
+DEFAULT_REQUIRED = ("dump", "load", "cache_reset")
+
+
+# ---- fingerprints -------------------------------------------------------------------------------
+def _host_bytes(t: Any) -> tuple[str, tuple[int, ...], memoryview]:
+    if is_tensor(t):
+        import torch
+
+        x = t.detach()
+        if x.device.type != "cpu":
+            x = x.cpu()
+        x = x.contiguous()
+        dtype, shape = str(x.dtype).replace("torch.", ""), tuple(x.shape)
+        raw = x.reshape(-1).view(torch.uint8).numpy() if x.numel() else np.zeros(0, np.uint8)
+        return dtype, shape, memoryview(raw)
+    arr = np.ascontiguousarray(np.asarray(t))
+    return str(arr.dtype), tuple(arr.shape), memoryview(arr.reshape(-1).view(np.uint8))
+
+
+def tensor_fingerprint(t: Any) -> str:
+    """xxh3-64 (hex) of a tensor's dtype, shape and bytes."""
+    dtype, shape, raw = _host_bytes(t)
+    h = _hasher()
+    h.update(f"{dtype}|{shape}|".encode())
+    h.update(raw)
+    return h.hexdigest()
+
+
+def tensor_nbytes(t: Any) -> int:
+    if is_tensor(t):
+        return int(t.numel() * t.element_size())
+    return int(np.asarray(t).nbytes)
+
+
+def fingerprints(state: Mapping[str, Any], names: Iterable[str] | None = None) -> dict[str, str]:
+    """{name: fingerprint} for the tensors of a state dict (or just ``names``)."""
+    keys = list(state) if names is None else [n for n in names if n in state]
+    return {k: tensor_fingerprint(state[k]) for k in keys}
+
+
+def combined_fingerprint(fps: Mapping[str, str]) -> str:
+    """One digest over all per-tensor fingerprints (order-independent)."""
+    h = _hasher()
+    for k in sorted(fps):
+        h.update(f"{k}={fps[k]};".encode())
+    return h.hexdigest()
+
+
+def compare_fingerprints(expected: Mapping[str, str], actual: Mapping[str, str]) -> tuple[list[str], list[str]]:
+    """(names whose fingerprints differ, expected names absent from ``actual``), both sorted."""
+    mismatched = sorted(k for k in expected if k in actual and actual[k] != expected[k])
+    missing = sorted(k for k in expected if k not in actual)
+    return mismatched, missing
+
+
+# ---- staging buffer -----------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class StagingRead:
+    payload: dict[str, Any]
+    seq_before: int
+    seq_after: int
+    torn: bool
+    lock_wait_s: float
+    lock_hold_s: float
+
+
+class StagingBuffer:
+    """A CPU staging buffer of named arrays guarded by a lock and a sequence number (a seqlock).
+
+    A writer makes ``seq`` odd, copies the tensors, makes it even again. A read records ``seq`` before
+    and after copying; it is *torn* when the two differ or the first is odd (a write overlapped it).
+    Correct code writes and reads under the lock (``use_lock=True``) and never tears; the flag exists
+    to catch code that bypasses the lock (or an engine that reads the pinned buffer directly).
+    """
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.seq = 0
+        self.data: dict[str, np.ndarray] = {}
+        self.version: int | None = None
+
+    def write(self, state: Mapping[str, Any], version: int | None = None, *, use_lock: bool = True,
+              per_tensor: Callable[[str], None] | None = None) -> int:
+        """Copy ``state`` into the buffer; returns the new (even) sequence number."""
+        if use_lock:
+            self.lock.acquire()
+        try:
+            self.seq += 1  # odd: write in progress
+            for name, t in state.items():
+                arr = np.array(_to_host_array(t), copy=True)
+                cur = self.data.get(name)
+                if cur is not None and cur.shape == arr.shape and cur.dtype == arr.dtype:
+                    np.copyto(cur, arr)
+                else:
+                    self.data[name] = arr
+                if per_tensor is not None:
+                    per_tensor(name)
+            self.version = version
+            self.seq += 1  # even: consistent
+            return self.seq
+        finally:
+            if use_lock:
+                self.lock.release()
+
+    def read(self, *, use_lock: bool = True, per_tensor: Callable[[str], None] | None = None) -> StagingRead:
+        """Copy the buffer out, timing the lock and checking the sequence number."""
+        t0 = time.perf_counter()
+        if use_lock:
+            self.lock.acquire()
+        t1 = time.perf_counter()
+        try:
+            before = self.seq
+            out = {}
+            for name in list(self.data):
+                out[name] = self.data[name].copy()
+                if per_tensor is not None:
+                    per_tensor(name)
+            after = self.seq
+        finally:
+            if use_lock:
+                self.lock.release()
+        t2 = time.perf_counter()
+        return StagingRead(out, before, after, before != after or before % 2 == 1, t1 - t0, t2 - t1)
+
+
+def _to_host_array(t: Any) -> np.ndarray:
+    if is_tensor(t):
+        x = t.detach().cpu()
+        if str(x.dtype) == "torch.bfloat16":
+            import torch
+
+            return x.contiguous().view(torch.int16).numpy()  # keep the exact bits
+        return x.numpy()
+    return np.asarray(t)
+
+
+# ---- memory -------------------------------------------------------------------------------------
+def memory_high_water_bytes(device: Any = None) -> int:
+    """Peak memory: ``torch.cuda.max_memory_allocated`` when torch is loaded and CUDA is in use,
+    else the process's peak RSS (``getrusage`` ru_maxrss)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        return int(torch.cuda.max_memory_allocated(device))
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def _reset_peak(device: Any = None) -> None:
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+# ---- boundaries ---------------------------------------------------------------------------------
+class Boundary:
+    """An open boundary: set fields (``bytes``, ``retries``, ...) or call the helpers before it ends."""
+
+    def __init__(self, session: "SyncSession", name: str):
+        self.session = session
+        self.name = name
+        self.fields: dict[str, Any] = {}
+        self.outcome: str | None = None  # None: decided at exit
+        self.error: str | None = None
+        self.start_ns = time.time_ns()
+        self._t0 = time.perf_counter()
+
+    def __setattr__(self, key: str, value: Any) -> None:
+        if key in ("bytes", "retries", "tensors_expected", "tensors_present", "mem_hwm_bytes",
+                   "inflight_aborted", "inflight_resumed", "lock_wait_s", "lock_hold_s", "seq_before",
+                   "seq_after", "torn", "bandwidth_bps"):
+            self.fields[key] = value
+        else:
+            object.__setattr__(self, key, value)
+
+    def record_state(self, state: Mapping[str, Any], *, expected: Iterable[str] | None = None,
+                     names: Iterable[str] | None = None) -> dict[str, str]:
+        """Fingerprint ``state`` (or ``names`` of it). At ``dump`` the result is kept as the reference;
+        at ``load`` it is compared with the dump's (mismatched and missing tensors listed)."""
+        fps = fingerprints(state, names)
+        exp = list(expected) if expected is not None else self.session.expected
+        self.fields["bytes"] = self.fields.get("bytes") or sum(tensor_nbytes(state[k]) for k in fps)
+        self.fields["fingerprint"] = combined_fingerprint(fps)
+        if self.name == "dump":
+            self.session.dump_fingerprints = fps
+            if exp is None:
+                exp = list(fps) if names is None else list(names)
+                self.session.expected = exp
+        missing: set[str] = set()
+        if self.name == "load" and self.session.dump_fingerprints is not None:
+            ref = self.session.dump_fingerprints
+            if names is not None:  # only the fingerprinted subset can be compared
+                ref = {k: v for k, v in ref.items() if k in fps or k not in state}
+            mismatched, missing_ref = compare_fingerprints(ref, fps)
+            missing.update(missing_ref)
+            self.fields["fingerprint_match"] = not mismatched and not missing_ref
+            self.fields["mismatched_tensors"] = dumps(mismatched)
+            if mismatched:
+                self.outcome = "mismatch"
+        if exp is not None:
+            present = [k for k in exp if k in state]
+            missing.update(set(exp) - set(present))
+            self.fields["tensors_expected"] = len(exp)
+            self.fields["tensors_present"] = len(present)
+        if exp is not None or missing:
+            self.fields["missing_tensors"] = dumps(sorted(missing))
+        if missing:
+            self.outcome = "mismatch"
+        return fps
+
+    # staging
+    def record_read(self, r: StagingRead) -> None:
+        self.fields.update(lock_wait_s=r.lock_wait_s, lock_hold_s=r.lock_hold_s, seq_before=r.seq_before,
+                           seq_after=r.seq_after, torn=r.torn,
+                           bytes=sum(int(a.nbytes) for a in r.payload.values()))
+        if r.torn:
+            self.outcome = "torn"
+
+    # cache reset
+    def requested(self) -> None:
+        self.fields["reset_requested"] = True
+
+    def confirmed(self, ok: Any = True) -> None:
+        """The engine's answer to the reset (truthy = confirmed)."""
+        self.fields["reset_confirmed"] = bool(ok)
+
+    def inflight(self, *, aborted: int = 0, resumed: int = 0) -> None:
+        self.fields["inflight_aborted"] = int(aborted)
+        self.fields["inflight_resumed"] = int(resumed)
+
+    def _finish(self, failed: BaseException | None) -> dict[str, Any]:
+        duration = time.perf_counter() - self._t0
+        f = dict(self.fields)
+        if self.name == "transfer" and f.get("bytes") is not None and "bandwidth_bps" not in f and duration > 0:
+            f["bandwidth_bps"] = float(f["bytes"]) / duration
+        if self.name == "load" and "mem_hwm_bytes" not in f:
+            f["mem_hwm_bytes"] = memory_high_water_bytes()
+        if self.name == "cache_reset":
+            f.setdefault("reset_requested", False)
+            f.setdefault("reset_confirmed", False)
+        outcome = self.outcome
+        if failed is not None:
+            outcome = "error"
+            f["error"] = f"{type(failed).__name__}: {failed}"
+        elif outcome is None:
+            if self.name == "cache_reset" and not (f["reset_requested"] and f["reset_confirmed"]):
+                outcome = "skipped"
+            else:
+                outcome = "ok"
+        f.update(boundary=self.name, start_ns=self.start_ns, duration_s=duration, outcome=outcome)
+        return f
+
+
+class SyncSession:
+    """One weight sync of one version; see the module docstring."""
+
+    def __init__(self, probe: "WeightSyncProbe", version: int, optimizer_step_ns: int | None,
+                 expected: Iterable[str] | None, required: tuple[str, ...]):
+        self.probe = probe
+        self.version = int(version)
+        self.optimizer_step_ns = optimizer_step_ns
+        self.expected = list(expected) if expected is not None else None
+        self.required = required
+        self.dump_fingerprints: dict[str, str] | None = None
+        self.results: dict[str, dict[str, Any]] = {}
+        self.start_ns = time.time_ns()
+        self.serving_ns: int | None = None
+
+    @property
+    def rec(self) -> Recorderish:
+        return recorder_or_global(self.probe._recorder)
+
+    @contextmanager
+    def boundary(self, name: str) -> Iterator[Boundary]:
+        if name not in BOUNDARIES:
+            raise ValueError(f"unknown boundary {name!r}; valid: {', '.join(BOUNDARIES)}")
+        rec = self.rec
+        with rec.span(f"weight_sync.{name}", version=self.version) as sp:
+            b = Boundary(self, name)
+            failed: BaseException | None = None
+            try:
+                yield b
+            except BaseException as exc:
+                failed = exc
+                raise
+            finally:
+                f = b._finish(failed)
+                self.results[name] = f
+                sp.set("outcome", f["outcome"])
+                if f["outcome"] == "error":
+                    sp.fail()
+                rec.emit("weight_sync", version=self.version, **f)
+
+    def dump(self, *, expected: Iterable[str] | None = None):  # noqa: ANN201 - context manager
+        if expected is not None:
+            self.expected = list(expected)
+        return self.boundary("dump")
+
+    def staging(self):  # noqa: ANN201
+        return self.boundary("staging")
+
+    def transfer(self):  # noqa: ANN201
+        return self.boundary("transfer")
+
+    def load(self):  # noqa: ANN201
+        _reset_peak()
+        return self.boundary("load")
+
+    def cache_reset(self):  # noqa: ANN201
+        return self.boundary("cache_reset")
+
+    def read_staging(self, buffer: StagingBuffer, *, use_lock: bool = True) -> dict[str, Any]:
+        """Boundary 2 in one call: read ``buffer`` and record lock timing, sequence numbers, torn."""
+        with self.boundary("staging") as b:
+            r = buffer.read(use_lock=use_lock)
+            b.record_read(r)
+        return r.payload
+
+    def serving(self) -> None:
+        """Mark the moment the generator serves this version (default: the end of the sync)."""
+        self.serving_ns = time.time_ns()
+
+
+class WeightSyncProbe:
+    """Creates ``SyncSession``s; keeps the last end-to-end lag and outcomes.
+
+    required: boundaries that must run in every sync; a missing one is emitted as ``skipped``.
+    """
+
+    def __init__(self, recorder: Recorderish | None = None, *, required: Iterable[str] = DEFAULT_REQUIRED):
+        self._recorder = recorder
+        self.required = tuple(required)
+        bad = set(self.required) - set(BOUNDARIES)
+        if bad:
+            raise ValueError(f"unknown boundaries {sorted(bad)}; valid: {', '.join(BOUNDARIES)}")
+        self.last: SyncSession | None = None
+
+    @contextmanager
+    def sync(self, version: int, *, optimizer_step_ns: int | None = None,
+             expected: Iterable[str] | None = None) -> Iterator[SyncSession]:
+        """One sync of ``version``. ``optimizer_step_ns``: wall time (ns) of the optimiser step that
+        produced the version; the end-to-end lag runs from it (default: the start of the sync)."""
+        rec = recorder_or_global(self._recorder)
+        s = SyncSession(self, version, optimizer_step_ns, expected, self.required)
+        failed: BaseException | None = None
+        with rec.span("weight_sync", version=int(version)) as sp:
+            try:
+                yield s
+            except BaseException as exc:
+                failed = exc
+                raise
+            finally:
+                for name in self.required:
+                    if name not in s.results:
+                        f = {"boundary": name, "start_ns": time.time_ns(), "duration_s": 0.0, "outcome": "skipped"}
+                        if name == "cache_reset":
+                            f.update(reset_requested=False, reset_confirmed=False)
+                        s.results[name] = f
+                        rec.emit("weight_sync", version=s.version, **f)
+                end = s.serving_ns or time.time_ns()
+                origin = s.optimizer_step_ns if s.optimizer_step_ns is not None else s.start_ns
+                outcomes = [r["outcome"] for r in s.results.values()]
+                worst = next((o for o in ("error", "torn", "mismatch", "skipped") if o in outcomes), "ok")
+                if failed is not None:
+                    worst = "error"
+                sp.set("outcome", worst)
+                sp.set("outcomes", json.dumps({k: v["outcome"] for k, v in s.results.items()}))
+                rec.emit("weight_sync", version=s.version, boundary="end_to_end", start_ns=origin,
+                         duration_s=(end - origin) / 1e9, outcome=worst,
+                         bytes=s.results.get("transfer", {}).get("bytes"))
+                self.last = s
