@@ -13,6 +13,7 @@ Prometheus and memory sinks).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any, Iterator
 
 from rlobs.schema import ENVELOPE_NAMES, KINDS, arrow_schema
@@ -53,22 +54,31 @@ def _columns(info: WriterInfo, kind: str, events: list[RawEvent]) -> list[Any]:
 
     schema = arrow_schema(kind)
     n = len(events)
-    traces = [e[5] for e in events]
+    _kinds, ts, mono, steps, versions, spans, fields = zip(*events)  # one C-level transpose
+    if spans.count(None) == n:
+        trace_col = span_col = pa.nulls(n, pa.string())
+    else:
+        trace_col = pa.array([None if t is None else f"{t[0]:032x}" for t in spans], pa.string())
+        span_col = pa.array([None if t is None else f"{t[1]:016x}" for t in spans], pa.string())
     cols: list[Any] = [
-        pa.array([e[1] for e in events], pa.int64()),
-        pa.array([e[2] for e in events], pa.int64()),
+        pa.array(ts, pa.int64()),
+        pa.array(mono, pa.int64()),
         pa.repeat(pa.scalar(info.run_id, pa.string()), n),
         pa.repeat(pa.scalar(info.process, pa.string()), n),
         pa.repeat(pa.scalar(info.component, pa.string()), n),
         pa.repeat(pa.scalar(info.rank, pa.int32()), n),
-        pa.array([e[3] for e in events], pa.int64()),
-        pa.array([e[4] for e in events], pa.int64()),
-        pa.array([None if t is None else f"{t[0]:032x}" for t in traces], pa.string()),
-        pa.array([None if t is None else f"{t[1]:016x}" for t in traces], pa.string()),
+        pa.nulls(n, pa.int64()) if steps.count(None) == n else pa.array(steps, pa.int64()),
+        pa.nulls(n, pa.int64()) if versions.count(None) == n else pa.array(versions, pa.int64()),
+        trace_col,
+        span_col,
     ]
+    get = dict.get
     for field in list(schema)[len(ENVELOPE_NAMES):]:
-        name = field.name
-        cols.append(pa.array([e[6].get(name) for e in events], field.type))
+        values = list(map(get, fields, repeat(field.name, n)))
+        if values.count(None) == n:
+            cols.append(pa.nulls(n, field.type))
+        else:
+            cols.append(pa.array(values, field.type))
     return cols
 
 
@@ -79,7 +89,7 @@ def to_record_batch(info: WriterInfo, kind: str, events: list[RawEvent]) -> Any:
     schema = arrow_schema(kind)
     allowed = _ALLOWED[kind]
     bad: list[tuple[RawEvent, str]] = []
-    if not all(e[6].keys() <= allowed for e in events):
+    if not all(map(allowed.issuperset, [e[6] for e in events])):
         keep = []
         for e in events:
             extra = e[6].keys() - allowed
@@ -88,6 +98,8 @@ def to_record_batch(info: WriterInfo, kind: str, events: list[RawEvent]) -> Any:
             else:
                 keep.append(e)
         events = keep
+    if not events:
+        raise InvalidEvents(pa.RecordBatch.from_pylist([], schema=schema), bad)
     try:
         batch = pa.RecordBatch.from_arrays(_columns(info, kind, events), schema=schema)
     except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError):
@@ -99,7 +111,8 @@ def to_record_batch(info: WriterInfo, kind: str, events: list[RawEvent]) -> Any:
                 keep.append(e)
             except (pa.ArrowInvalid, pa.ArrowTypeError, TypeError, ValueError, OverflowError) as exc:
                 bad.append((e, f"{type(exc).__name__}: {exc}"))
-        batch = pa.RecordBatch.from_arrays(_columns(info, kind, keep), schema=schema)
+        batch = (pa.RecordBatch.from_arrays(_columns(info, kind, keep), schema=schema) if keep
+                 else pa.RecordBatch.from_pylist([], schema=schema))
     if bad:
         raise InvalidEvents(batch, bad)
     return batch

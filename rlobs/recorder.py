@@ -36,6 +36,7 @@ log = logging.getLogger("rlobs.recorder")
 # (trace_id, span_id) of the innermost open span in this context.
 _SPAN: contextvars.ContextVar[tuple[int, int] | None] = contextvars.ContextVar("rlobs_span", default=None)
 
+_UNSET: Any = object()
 _time_ns = time.time_ns
 _mono_ns = time.monotonic_ns
 
@@ -196,15 +197,15 @@ class Recorder:
         atexit.register(self.close)
 
     # ---- hot path -------------------------------------------------------------------------------
-    def emit(self, kind: str, /, **fields: Any) -> None:
+    def emit(self, kind: str, /, step: Any = _UNSET, policy_version: Any = _UNSET, **fields: Any) -> None:
         """Record one event of ``kind``. ``step`` / ``policy_version`` override the context. Never raises."""
         q = self._queue
         n = len(q)
         if n >= self.max_queue:
             self._count_drop("queue_full", "recorder", 1)
             return
-        q.append((kind, _time_ns(), _mono_ns(), fields.pop("step", self._step),
-                  fields.pop("policy_version", self._version), _SPAN.get(), fields))
+        q.append((kind, _time_ns(), _mono_ns(), self._step if step is _UNSET else step,
+                  self._version if policy_version is _UNSET else policy_version, _SPAN.get(), fields))
         if n == self._wake_at:
             self._wake.set()
 
@@ -375,7 +376,8 @@ class Recorder:
             return False
         deadline = time.monotonic() + timeout
         seq = self._drain()
-        return all(w.wait_done(seq, deadline) for w in self._workers)
+        done = [w.wait_done(seq, deadline) for w in self._workers]  # no short-circuit: wait for each
+        return all(done)
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the threads and close the sinks (bounded by ``timeout``). Idempotent."""

@@ -150,7 +150,7 @@ class _BlockingSink:
 
 def test_a_hanging_sink_blocks_neither_emit_nor_close_nor_other_sinks():
     mem, hang = MemorySink(), _BlockingSink()
-    rec = _recorder([hang, mem], flush_interval=3600, sink_backlog=2)
+    rec = _recorder([mem, hang], flush_interval=3600, sink_backlog=2)
     t0 = time.perf_counter()
     for round_ in range(6):
         for i in range(1000):
