@@ -128,7 +128,8 @@ def advantage_health(rewards: Any, *, advantages: Any = None, denominators: Any 
     else:
         denoms = to_numpy(denominators).reshape(-1)
     if advantages is None:
-        advantages = [(g - g.mean()) / d for g, d in zip(groups, denoms) if g.size]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            advantages = [(g - g.mean()) / d for g, d in zip(groups, denoms) if g.size]
     if isinstance(advantages, (list, tuple)):
         flat = np.concatenate([to_numpy(a).reshape(-1) for a in advantages]) if advantages else np.zeros(0)
     else:

@@ -1,0 +1,110 @@
+"""Staleness probe: exact histogram, ages, drops by reason, importance-ratio stats."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+
+from probes.staleness import StalenessProbe, VersionTag, importance_stats, record_queue, tag_dispatch
+from tests.probes.conftest import rows
+
+BASE = 1_800_000_000_000_000_000  # a fixed "now" in ns
+
+
+def _tag(version: int, age_s: float) -> VersionTag:
+    return tag_dispatch(version, now_ns=BASE - int(age_s * 1e9))
+
+
+def test_tag_tracks_token_versions_and_round_trips():
+    t = tag_dispatch(7, now_ns=123)
+    t.saw_version(8)
+    t.saw_version(9)
+    assert t.rollout_fields() == {"dispatch_version": 7, "min_token_version": 7, "max_token_version": 9}
+    assert VersionTag.from_dict(json.loads(json.dumps(t.to_dict()))) == t
+
+
+def test_importance_stats_exact():
+    gen = [np.array([-1.0, -2.0]), np.array([-0.5, -1.0])]
+    w = np.array([1.0, 1.0, 4.0, 0.5])
+    train = [gen[0] + np.log(w[:2]), gen[1] + np.log(w[2:])]
+    s = importance_stats(gen, train, cap=2.0)
+    assert s.tokens == 4
+    assert s.mean == pytest.approx(1.625)
+    assert s.max == pytest.approx(4.0)
+    assert s.clipped_ratio == 0.25
+    assert s.ess_ratio == pytest.approx(6.5 ** 2 / (4 * 18.25))
+    # padded + mask gives the same numbers; on-policy gives ESS 1 and nothing clipped
+    pad_g = np.array([[-1.0, -2.0, 0.0], [-0.5, -1.0, 0.0]])
+    pad_t = np.array([[-1.0, -2.0, 9.0], [-0.5 + math.log(4), -1.0 + math.log(0.5), 9.0]])
+    mask = np.array([[1, 1, 0], [1, 1, 0]])
+    assert importance_stats(pad_g, pad_t, cap=2.0, mask=mask) == s
+    on = importance_stats(pad_g, pad_g, mask=mask)
+    assert (on.mean, on.max, on.clipped_ratio, on.ess_ratio) == (1.0, 1.0, 0.0, 1.0)
+    assert math.isnan(importance_stats([], []).mean)
+
+
+def test_consume_batch_exact_values_record_and_metrics(live):
+    probe = StalenessProbe(max_staleness=3, ttl_s=5.0, is_cap=2.0)
+    # admission: too stale, too old, kept; a queue-full drop decided by the buffer
+    assert probe.admit("old", _tag(2, 1.0), 6, now_ns=BASE, tokens=30) == "stale"
+    assert probe.admit("expired", _tag(5, 10.0), 6, now_ns=BASE, tokens=20) == "ttl"
+    assert probe.admit("fresh", _tag(5, 1.0), 6, now_ns=BASE) is None
+    probe.drop("full", "queue_full", tag=_tag(6, 0.5), now_ns=BASE, tokens=5)
+    assert probe.drops == {"stale": 1, "ttl": 1, "queue_full": 1}
+
+    ids = ["a", "b", "c", "d"]
+    tags = [_tag(5, 1.0), _tag(5, 2.0), _tag(4, 3.0), _tag(2, 6.0)]
+    gen = [np.array([-1.0, -2.0]), np.array([-0.5, -1.0])]
+    train = [gen[0], gen[1] + np.log([4.0, 0.5])]
+    b = probe.consume(ids, tags, 6, gen_logprobs=gen, train_logprobs=train, now_ns=BASE)
+    assert b.histogram == {1: 2, 2: 1, 4: 1}
+    assert (b.samples, b.max_staleness, b.mean_staleness) == (4, 4, 2.0)
+    assert b.mean_age_s == pytest.approx(3.0) and b.max_age_s == pytest.approx(6.0)
+    assert b.importance.clipped_ratio == 0.25
+
+    assert live.value("rlobs_staleness_max_versions") == 4.0
+    assert live.value("rlobs_staleness_mean_versions") == 2.0
+    assert live.value("rlobs_importance_ratio_max") == pytest.approx(4.0)
+    assert live.value("rlobs_importance_ratio_mean") == pytest.approx(1.625)
+    assert live.value("rlobs_importance_clipped_ratio") == 0.25
+    assert live.value("rlobs_effective_sample_size_ratio") == pytest.approx(6.5 ** 2 / (4 * 18.25))
+    assert live.value("rlobs_sample_staleness_versions_bucket", le="1.0") == 2.0
+    assert live.value("rlobs_sample_staleness_versions_bucket", le="4.0") == 4.0
+    assert live.value("rlobs_sample_age_seconds_sum") == pytest.approx(12.0)
+    for reason in ("stale", "ttl", "queue_full"):
+        assert live.value("rlobs_samples_total", state="dropped", reason=reason) == 1.0
+    assert live.value("rlobs_samples_total", state="consumed", reason="") == 4.0
+
+    rec = live.close_and_open()
+    (hist, mx, mean, age, ess), = rows(rec, "select histogram, max_staleness, mean_staleness, max_age_s, "
+                                            "ess_ratio from staleness")
+    assert json.loads(hist) == {"1": 2, "2": 1, "4": 1}
+    assert (mx, mean, round(age, 6)) == (4, 2.0, 6.0)
+    got = rows(rec, "select sample_id, state, reason, staleness, round(age_s, 6), tokens from ledger order by mono_ns")
+    assert got == [("old", "dropped", "stale", None, 1.0, 30), ("expired", "dropped", "ttl", None, 10.0, 20),
+                   ("full", "dropped", "queue_full", None, 0.5, 5), ("a", "consumed", None, 1, 1.0, None),
+                   ("b", "consumed", None, 1, 2.0, None), ("c", "consumed", None, 2, 3.0, None),
+                   ("d", "consumed", None, 4, 6.0, None)]
+
+
+def test_version_going_backwards_after_resume_shows_as_negative_staleness(live):
+    # a resumed trainer that restarted its version counter at 0 consumes rollouts tagged 10
+    b = StalenessProbe().consume(["x", "y"], [_tag(10, 1.0), _tag(9, 1.0)], 0, now_ns=BASE)
+    assert b.histogram == {-10: 1, -9: 1} and b.max_staleness == -9
+    assert live.value("rlobs_staleness_max_versions") == -9.0
+
+
+def test_queue_depth_sample(live):
+    record_queue("rollout", 12, 64, 3.5)
+    assert live.value("rlobs_queue_depth", queue="rollout") == 12.0
+    assert live.value("rlobs_queue_capacity", queue="rollout") == 64.0
+    assert live.value("rlobs_queue_oldest_age_seconds", queue="rollout") == 3.5
+    live.assert_no_drops()
+
+
+def test_consume_checks_lengths():
+    with pytest.raises(ValueError, match="2 sample ids but 1 tags"):
+        StalenessProbe().consume(["a", "b"], [_tag(1, 0)], 1)
