@@ -87,6 +87,54 @@ def info(run: Path = typer.Argument(..., help="run directory"),
         console.print("[green]all segments read in full[/]")
 
 
+# --- dashboards, alerts and the local Prometheus (rlobs.dashboards; imported lazily) ---
+dashboards_app = typer.Typer(add_completion=False, no_args_is_help=True,
+                             help="Grafana dashboards, alert rules and promtool tests generated from the catalogue.")
+app.add_typer(dashboards_app, name="dashboards")
+
+
+@dashboards_app.command("build")
+def dashboards_build(out: Path = typer.Option(None, "--out", help="output folder (default: the checkout's dashboards/)"),
+                     check: bool = typer.Option(False, "--check", help="compare instead of writing; exit 1 on a difference")
+                     ) -> None:
+    """Write dashboards/*.json, alerts.yaml, alerts_test.yaml and provisioning/ (or check them)."""
+    from rlobs.dashboards.build import build, default_out_dir
+
+    target = out or default_out_dir()
+    result = build(target, check=check)
+    for name in result.unexpected:
+        err_console.print(f"[yellow]not generated any more:[/] {target / name}")
+    if check:
+        if result.differing:
+            for name in result.differing:
+                err_console.print(f"[red]out of date:[/] {target / name}")
+            err_console.print("run `rlobs dashboards build` and commit the result")
+            raise typer.Exit(1)
+        console.print(f"[green]{target} is up to date[/]")
+        return
+    for name in result.written:
+        console.print(f"wrote {target / name}")
+    if not result.written:
+        console.print(f"[green]{target} already up to date[/]")
+
+
+@app.command()
+def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to scrape (their prometheus_sd/*.json)"),
+            port: int = typer.Option(9090, "--port", help="Prometheus port on 127.0.0.1 (0: a free one)"),
+            scrape_interval: str = typer.Option("2s", "--scrape-interval", help="scrape and rule-evaluation interval"),
+            rules: Path = typer.Option(None, "--rules", help="alert rules file (default: the generated rules)")) -> None:
+    """Run Debian's Prometheus on 127.0.0.1 over the run(s), with the rlobs alert rules; Ctrl-C stops it."""
+    from rlobs.dashboards.observe import PrometheusError, serve_forever
+
+    try:
+        code = serve_forever(run_dirs, port=port, scrape_interval=scrape_interval, rules_file=rules,
+                             echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
+    except PrometheusError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    raise typer.Exit(code)
+
+
 def main() -> None:
     app()
 

@@ -15,7 +15,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from rlobs.dashboards.selectors import ALERT, GROUP, agg, histogram_mean, new_or_increase, rate, series
+from rlobs.dashboards.selectors import ALERT, GROUP, Scope, agg, histogram_mean, new_or_increase, rate, series
 from rlobs.dashboards.yamlish import dump
 
 RUNBOOK_BASE_URL = "https://github.com/rlobs/rlobs/blob/main/runbooks/"
@@ -92,6 +92,17 @@ class AlertRule:
 
 def _gt(expr: str, threshold: float) -> str:
     return f"{expr} > {threshold:g}"
+
+
+def trainer_wait_share(scope: Scope, by: tuple[str, ...] = ()) -> str:
+    """Share of trainer time spent waiting for batches: wait / (wait + optimiser step).
+
+    A ratio of two rates over the same window, so it is right even for a series younger than the
+    window (a bare ``rate`` would be diluted by the empty part of the window) and for many ranks.
+    """
+    wait = agg("sum", rate("rlobs_trainer_data_wait_seconds_total", scope), by)
+    step = agg("sum", rate("rlobs_trainer_step_seconds_total", scope), by)
+    return f"{wait} / ({wait} + {step})"
 
 
 def _counter_alert(metric: str, by: tuple[str, ...] = GROUP, **labels: str | tuple[str, str]) -> str:
@@ -212,13 +223,12 @@ RULES: tuple[AlertRule, ...] = (
                      labels={"grader_kind": "judge"}, not_yet_min=7, firing_min=8, component="grader")),
     AlertRule(
         "trainer-starved", "warning",
-        _gt(agg("sum", rate("rlobs_trainer_data_wait_seconds_total", ALERT), GROUP), T.trainer_data_wait_ratio),
-        "5m",
+        _gt(trainer_wait_share(ALERT, GROUP), T.trainer_data_wait_ratio), "5m",
         "Trainer is waiting for data ({{ $labels.run }})",
-        "{{ $labels.component }} spent {{ $value | humanizePercentage }} of the last 5 minutes waiting for "
-        "batches (run {{ $labels.run }}): the generator or graders cannot keep up.",
-        PromtoolCase((("rlobs_trainer_data_wait_seconds_total", {}, "0+48x19"),), "80%",
-                     not_yet_min=8, firing_min=9)),
+        "{{ $labels.component }} spent {{ $value | humanizePercentage }} of its time over the last 5 minutes "
+        "waiting for batches instead of stepping (run {{ $labels.run }}): the generator or graders cannot keep up.",
+        PromtoolCase((("rlobs_trainer_data_wait_seconds_total", {}, "0+48x19"),
+                      ("rlobs_trainer_step_seconds_total", {}, "0+12x19")), "80%", not_yet_min=5, firing_min=6)),
     AlertRule(
         "parity-drift", "warning",
         _gt(agg("max", series("rlobs_parity_abs_logprob_diff_mean", ALERT), GROUP), T.parity_mean_abs_dlogp),
@@ -236,6 +246,14 @@ RULES: tuple[AlertRule, ...] = (
         "{{ $value }} batch(es) in {{ $labels.component }} (run {{ $labels.run }}) were generated with "
         "tokenizer, chat-template or sampling hashes different from the trainer's.",
         PromtoolCase((("rlobs_parity_config_mismatches_total", {}, _BORN),), "1", not_yet_min=5, firing_min=6)),
+    AlertRule(
+        "ledger-samples-repeated", "critical",
+        _counter_alert("rlobs_ledger_duplicate_transitions_total", (*GROUP, "state")), "0m",
+        "Samples went through the same ledger transition twice ({{ $labels.run }})",
+        "{{ $value }} sample(s) were {{ $labels.state }} again in {{ $labels.component }} (run {{ $labels.run }}) "
+        "over 10 minutes: exactly-once is violated, typically by a resume that replays samples.",
+        PromtoolCase((("rlobs_ledger_duplicate_transitions_total", {"state": "consumed"}, _BORN),), "1",
+                     labels={"state": "consumed"}, not_yet_min=5, firing_min=6, component="buffer")),
     AlertRule(
         "telemetry-drops", "warning",
         _counter_alert("rlobs_telemetry_dropped_total", (*GROUP, "reason")), "2m",

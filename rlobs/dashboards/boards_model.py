@@ -28,7 +28,7 @@ def _cumulative(title: str, description: str, *metrics: str) -> m.Panel:
 
 def _marker(name: str, metric: str, color: str) -> Annotation:
     scope = s.DASHBOARD.with_window("1m")
-    return Annotation(name, f"{s.agg('sum', s.increase(metric, scope))} > 0", color)
+    return Annotation(name, f"{s.agg('sum', s.new_or_increase(metric, scope))} > 0", color)
 
 
 def policy_health() -> Board:
@@ -55,8 +55,9 @@ def policy_health() -> Board:
         ts("Max |advantage|", m.NUMBER, f"Largest |advantage|; alert above {T.advantage_abs_max:g}.",
            q(s.gauge("rlobs_advantage_abs_max", D), "max |A|"),
            thresholds=m.traffic_light(5, T.advantage_abs_max)),
-        ts("Smallest group denominator", m.NUMBER, "min over groups of (std + eps) in the last batch.",
-           q(s.gauge("rlobs_advantage_denominator_min", D, "min"), "min denominator")),
+        ts("Group denominators", m.NUMBER, "Smallest and median per-group (std + eps) in the last batch.",
+           q(s.gauge("rlobs_advantage_denominator_min", D, "min"), "min"),
+           q(s.gauge("rlobs_advantage_denominator_p50", D, "min"), "median")),
         ts("Token denominator per rank", m.NUMBER,
            "Global token count each data-parallel rank divides the loss by; the lines must coincide.",
            q(s.gauge("rlobs_advantage_token_denominator", D, "max", ("rlobs_process",)), "{{rlobs_process}}")),
@@ -68,6 +69,7 @@ def policy_health() -> Board:
            "Per-token |logp_train - logp_gen|: mean < 0.005 healthy, > 0.01 a problem.",
            q(s.gauge("rlobs_parity_abs_logprob_diff_mean", D), "mean"),
            q(s.gauge("rlobs_parity_abs_logprob_diff_max", D), "max"),
+           q(s.gauge("rlobs_parity_post_sync_abs_logprob_diff_mean", D), "mean, first batch after sync"),
            thresholds=m.traffic_light(0.005, T.parity_mean_abs_dlogp)),
         ts("KL k3 (generator || trainer)", m.NUMBER, "k3 estimator of the KL between the two sides.",
            q(s.gauge("rlobs_parity_kl_k3", D), "k3")),

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from rlobs.dashboards import model as m
 from rlobs.dashboards import selectors as s
-from rlobs.dashboards.alerts import T
+from rlobs.dashboards.alerts import T, trainer_wait_share
 from rlobs.dashboards.model import Board, Query, Row, q, stat, ts
 
 D = s.DASHBOARD
@@ -54,17 +54,17 @@ def overview() -> Board:
              q(s.gauge("rlobs_advantage_abs_max", D)), thresholds=m.traffic_light(5, T.advantage_abs_max)),
         stat("Overdue grader calls", m.COUNT, "Grader calls in flight past their deadline (hung grader).",
              q(s.gauge("rlobs_grader_overdue_calls", D, "sum")), thresholds=m.GREEN_AT_ZERO),
-        stat("Trainer data-wait share", m.PERCENT, "Share of trainer wall time spent waiting for batches.",
-             q(s.agg("sum", s.rate("rlobs_trainer_data_wait_seconds_total", D))),
+        stat("Trainer data-wait share", m.PERCENT, "Share of trainer time spent waiting for batches, not stepping.",
+             q(trainer_wait_share(D)),
              thresholds=m.traffic_light(0.2, T.trainer_data_wait_ratio)),
         stat("Parity mean |Δlogp|", m.NUMBER, "Mean |logp_train - logp_gen|: < 0.005 healthy, > 0.01 a problem.",
              q(s.gauge("rlobs_parity_abs_logprob_diff_mean", D)),
              thresholds=m.traffic_light(0.005, T.parity_mean_abs_dlogp)),
         stat("Telemetry drops (1h)", m.COUNT, "Events the recorder dropped in the last hour (incomplete telemetry).",
              q(s.agg("sum", s.new_or_increase("rlobs_telemetry_dropped_total", D1H))), thresholds=m.GREEN_AT_ZERO),
-        stat("Effective token ratio", m.PERCENT, "Goodput: tokens that carried gradient signal over tokens generated.",
-             q(s.share(s.agg("sum", s.rate("rlobs_goodput_tokens_total", D, category="effective")),
-                       s.agg("sum", s.rate("rlobs_goodput_tokens_total", D))))),
+        stat("Effective token ratio", m.unit_of("rlobs_effective_token_ratio"),
+             "Goodput: tokens that carried gradient signal over all tokens accounted in the last step.",
+             q(s.gauge("rlobs_effective_token_ratio", D, "min"))),
         m.Panel("Heartbeat age by component", "bargauge", m.SECONDS,
                 (q(f"time() - {s.gauge('rlobs_heartbeat_timestamp_seconds', D, 'max', ('component',))}",
                    "{{component}}"),),
@@ -156,6 +156,9 @@ def staleness_throughput() -> Board:
            q(s.gauge("rlobs_queue_capacity", D, "max", ("queue",)), "{{queue}} capacity")),
         ts("Oldest item age by queue", m.SECONDS, "Age of the oldest item waiting in each queue.",
            q(s.gauge("rlobs_queue_oldest_age_seconds", D, "max", ("queue",)), "{{queue}}")),
+        ts("Repeated ledger transitions (cumulative)", m.COUNT,
+           "Samples that made the same transition twice (exactly-once violated, e.g. a resume replaying samples).",
+           q(s.gauge("rlobs_ledger_duplicate_transitions_total", D, "sum", ("state",)), "{{state}}")),
     ))
     throughput = Row("Throughput matching", (
         ts("Samples per second by component", m.SAMPLES_PER_SECOND, "Raw throughput of each side.",
@@ -170,6 +173,8 @@ def staleness_throughput() -> Board:
            q(s.gauge("rlobs_idle_ratio", D, "max", ("component",)), "{{component}}"), max=1),
         ts("Goodput: tokens by fate", m.TOKENS_PER_SECOND, "Generated tokens per second by what became of them.",
            q(s.agg("sum", s.rate("rlobs_goodput_tokens_total", D), ("category",)), "{{category}}"), stack=True),
+        ts("Weight-sync bubble share", m.PERCENT, "Share of wall time each side was blocked by weight sync.",
+           q(s.agg("sum", s.rate("rlobs_sync_bubble_seconds_total", D), ("component",)), "{{component}}")),
         ts("Wall-time share by phase", m.PERCENT, "Seconds per second each component spends in each phase.",
            q(s.agg("sum", s.rate("rlobs_phase_seconds_total", D), ("component", "phase")), "{{component}} {{phase}}"),
            stack=True),
