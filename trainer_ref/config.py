@@ -1,0 +1,87 @@
+"""The one configuration dataclass of the reference trainer, and its command-line parser.
+
+Every field has a one-line explanation (shown by ``python -m trainer_ref.run --help``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+MODES = ("sync", "colocate_async", "separate_async")
+GRADERS = ("exact", "rule", "code", "judge")
+INTERRUPT = ("resume", "abort", "wait")
+
+
+@dataclass
+class Config:
+    """Reference GRPO trainer settings."""
+
+    mode: str = field(default="separate_async", metadata={"help": "sync | colocate_async | separate_async"})
+    steps: int = field(default=20, metadata={"help": "optimiser steps to run (total, including resumed ones)"})
+    run_dir: str = field(default="runs/trainer_ref", metadata={"help": "run record + checkpoints directory"})
+    seed: int = field(default=0, metadata={"help": "seed of data order, sampling and init"})
+    model: str = field(default="tiny", metadata={"help": "tiny | smollm2 | path to an HF model folder"})
+    model_dir: str = field(default="", metadata={"help": "where to build/cache the model (default ~/.cache/rlobs)"})
+    groups_per_step: int = field(default=8, metadata={"help": "prompts (GRPO groups) per optimiser step"})
+    group_size: int = field(default=8, metadata={"help": "G: completions per prompt"})
+    max_tokens: int = field(default=96, metadata={"help": "generation cap per completion (long tail ends here)"})
+    max_model_len: int = field(default=256, metadata={"help": "vLLM max_model_len"})
+    temperature: float = field(default=1.0, metadata={"help": "sampling temperature (same on both sides)"})
+    chain_prob: float = field(default=0.15, metadata={"help": "share of long 'chain' prompts (long-tail lengths)"})
+    lr: float = field(default=2e-4, metadata={"help": "Adam learning rate"})
+    clip_eps: float = field(default=0.2, metadata={"help": "PPO ratio clip epsilon"})
+    adv_eps: float = field(default=1e-4, metadata={"help": "epsilon in (r - mean) / (std + eps)"})
+    kl_coef: float = field(default=0.0, metadata={"help": "KL-to-reference coefficient (0: no reference model)"})
+    tis_cap: float = field(default=2.0, metadata={"help": "truncated importance-sampling cap C (0: off)"})
+    max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping threshold"})
+    max_staleness: int = field(default=2, metadata={"help": "drop samples with trainer version - dispatch version above this"})
+    rollout_ttl_s: float = field(default=120.0, metadata={"help": "drop samples older than this at consumption"})
+    queue_capacity: int = field(default=32, metadata={"help": "bound of each queue between components, in groups"})
+    interrupt: str = field(default="resume", metadata={"help": "on weight update: resume | abort | wait (in-flight requests)"})
+    grader: str = field(default="rule", metadata={"help": "exact | rule | code | judge"})
+    grader_placement: str = field(default="pool", metadata={"help": "pool (separate Ray actors) | colocated (in the generator)"})
+    grader_workers: int = field(default=2, metadata={"help": "grader actors in the pool"})
+    grader_timeout_s: float = field(default=5.0, metadata={"help": "per-call grader timeout"})
+    eval_every: int = field(default=0, metadata={"help": "held-out evaluation every N steps (0: start and end only)"})
+    eval_prompts: int = field(default=64, metadata={"help": "held-out prompts per evaluation"})
+    checkpoint_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0: only at the end)"})
+    resume: bool = field(default=False, metadata={"help": "resume from the latest checkpoint in run_dir"})
+    num_cpus: int = field(default=2, metadata={"help": "CPUs given to ray.init"})
+    object_store_mb: int = field(default=256, metadata={"help": "Ray object store size, MiB"})
+    kv_cache_gb: int = field(default=1, metadata={"help": "VLLM_CPU_KVCACHE_SPACE, GiB"})
+    prometheus: bool = field(default=False, metadata={"help": "serve /metrics from each process"})
+    progress: bool = field(default=True, metadata={"help": "show a progress bar"})
+    stop_after: int = field(default=0, metadata={"help": "stop (as if killed) after this many steps of this invocation (tests)"})
+
+    def __post_init__(self) -> None:
+        for name, value, valid in (("mode", self.mode, MODES), ("grader", self.grader, GRADERS),
+                                   ("interrupt", self.interrupt, INTERRUPT),
+                                   ("grader_placement", self.grader_placement, ("pool", "colocated"))):
+            if value not in valid:
+                raise ValueError(f"{name}={value!r}; valid: {', '.join(valid)}")
+        if self.group_size < 2:
+            raise ValueError("group_size must be >= 2 (group-normalised advantages)")
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+
+def parse_args(argv: list[str] | None = None) -> Config:
+    """Build a Config from ``--field value`` flags (booleans: ``--flag`` / ``--no-flag``)."""
+    p = argparse.ArgumentParser(prog="python -m trainer_ref.run", description=Config.__doc__)
+    for f in dataclasses.fields(Config):
+        flag = "--" + f.name.replace("_", "-")
+        helptext = f.metadata.get("help", "")
+        if f.type in ("bool", bool):
+            p.add_argument(flag, dest=f.name, action=argparse.BooleanOptionalAction, default=f.default, help=helptext)
+        else:
+            typ = {"int": int, "float": float, "str": str}[str(f.type)]
+            p.add_argument(flag, dest=f.name, type=typ, default=f.default, help=f"{helptext} (default {f.default})")
+    return Config(**vars(p.parse_args(argv)))

@@ -1,0 +1,275 @@
+"""The generator: a vLLM engine driven step by step in a Ray actor, with version tags and
+interruptible generation on weight updates.
+
+One background thread owns the engine (``LLM.llm_engine``: ``add_request`` / ``step`` /
+``abort_request``); the actor's methods only talk to it through a lock-protected inbox, so
+``submit`` / ``poll`` / ``update_weights`` can be called while generation runs (threaded actor).
+
+Each of the G completions of a group is its own request (vLLM fans ``SamplingParams(n=G)`` out
+into G child requests anyway) with its own seed, so a single completion can be interrupted and
+resumed. Version tags: ``dispatch_version`` is the generator's version when the group was
+submitted; ``min/max_token_version`` are the versions that produced its tokens.
+
+On a weight update, in-flight requests are handled by ``interrupt``:
+* ``resume``: abort them, load the weights, reset the prefix cache, re-submit each with its
+  generated tokens appended to the prompt (KV recomputed under the new weights; AReaL-style
+  partial rollout). Tokens before the update carry the old version, after it the new one.
+* ``abort``: abort them and regenerate from scratch under the new weights (tokens thrown away are
+  counted as ``aborted_tokens``).
+* ``wait``: stop admitting new requests, let in-flight ones finish, then load.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections import deque
+from typing import Any
+
+from trainer_ref import telemetry, weight_sync
+
+
+class VLLMGenerator:
+    """vLLM-backed generator (wrap with ``ray.remote(max_concurrency=...)``)."""
+
+    def __init__(self, model_dir: str, cfg: dict[str, Any], run_dir: str | None = None, rank: int = 0,
+                 hashes: dict[str, str] | None = None) -> None:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.get("kv_cache_gb", 1)))
+        from transformers import AutoTokenizer
+        from vllm import LLM
+
+        if run_dir:
+            telemetry.init_component(run_dir, "generator", rank, config=cfg, hashes=hashes,
+                                     prometheus=bool(cfg.get("prometheus")))
+        self.cfg = cfg
+        self.tok = AutoTokenizer.from_pretrained(model_dir)
+        self.llm = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=int(cfg["max_model_len"]),
+                       worker_extension_cls="trainer_ref.vllm_ext.WeightSyncExtension", seed=int(cfg["seed"]),
+                       enable_prefix_caching=True)
+        self.engine = self.llm.llm_engine
+        self.version = 0
+        self._lock = threading.Condition()
+        self._inbox: deque[dict[str, Any]] = deque()  # requests waiting to enter the engine
+        self._running: dict[str, dict[str, Any]] = {}  # request id -> request state
+        self._done: deque[dict[str, Any]] = deque()  # finished groups
+        self._groups: dict[str, dict[str, Any]] = {}  # group id -> {samples, remaining}
+        self._update: dict[str, Any] | None = None
+        self._update_done = threading.Event()
+        self._stop = False
+        self._req_seq = 0
+        self.tokens_generated = 0
+        self.busy_s = 0.0
+        self._thread = threading.Thread(target=self._loop, daemon=True, name="engine-loop")
+        self._thread.start()
+
+    # ----- API -------------------------------------------------------------------------------
+    def ready(self) -> bool:
+        return True
+
+    def submit(self, groups: list[dict[str, Any]]) -> int:
+        """Queue groups {group_id, prompt_idx, prompt, n, seed, answer?}; returns groups in flight."""
+        now = time.time()
+        with self._lock:
+            for g in groups:
+                ids = self.tok(g["prompt"], add_special_tokens=False)["input_ids"]
+                self._groups[g["group_id"]] = {"meta": g, "samples": [None] * g["n"], "remaining": g["n"]}
+                for j in range(g["n"]):
+                    self._inbox.append({"sample_id": f"{g['group_id']}-s{j}", "group_id": g["group_id"], "j": j,
+                                        "prompt_ids": ids, "gen_ids": [], "logprobs": [], "seed": g["seed"] * 1000 + j,
+                                        "dispatch_version": self.version, "min_v": None, "max_v": None,
+                                        "t0": now, "interrupts": 0, "aborted_tokens": 0})
+            self._lock.notify_all()
+            return len(self._groups)
+
+    def poll(self, max_groups: int = 0, timeout: float = 0.0) -> list[dict[str, Any]]:
+        """Finished groups (up to ``max_groups``, 0: all), waiting up to ``timeout`` for the first."""
+        deadline = time.time() + timeout
+        with self._lock:
+            while not self._done and time.time() < deadline:
+                self._lock.wait(max(0.0, deadline - time.time()))
+            out = []
+            while self._done and (max_groups <= 0 or len(out) < max_groups):
+                out.append(self._done.popleft())
+            return out
+
+    def generate(self, groups: list[dict[str, Any]], timeout: float = 600.0) -> list[dict[str, Any]]:
+        """Synchronous: submit and wait for exactly these groups."""
+        want = {g["group_id"] for g in groups}
+        self.submit(groups)
+        got: list[dict[str, Any]] = []
+        deadline = time.time() + timeout
+        keep: list[dict[str, Any]] = []
+        while len(got) < len(want) and time.time() < deadline:
+            for g in self.poll(timeout=1.0):
+                (got if g["group_id"] in want else keep).append(g)
+        with self._lock:
+            self._done.extendleft(reversed(keep))
+        return got
+
+    def in_flight(self) -> int:
+        with self._lock:
+            return len(self._groups)
+
+    def stats(self) -> dict[str, Any]:
+        with self._lock:
+            return {"version": self.version, "in_flight_groups": len(self._groups), "running": len(self._running),
+                    "inbox": len(self._inbox), "done": len(self._done), "tokens": self.tokens_generated,
+                    "busy_s": self.busy_s}
+
+    def update_weights(self, payload_ref: list[Any], version: int, expected: dict[str, str],
+                       shapes: dict[str, list[int]], interrupt: str | None = None, timeout: float = 300.0) -> dict[str, Any]:
+        """Stages 3b-5 of a weight sync, applied by the engine thread between two engine steps."""
+        with self._lock:
+            self._update = {"ref": payload_ref[0], "version": version, "expected": expected, "shapes": shapes,
+                            "interrupt": interrupt or self.cfg.get("interrupt", "resume"), "t_req": time.perf_counter()}
+            self._update_done.clear()
+            self._lock.notify_all()
+        if not self._update_done.wait(timeout):
+            raise TimeoutError("weight update not applied in time")
+        with self._lock:
+            rep = self._update_report
+        if "error" in rep:
+            raise RuntimeError(rep["error"])
+        return rep
+
+    def attach_grader(self, kind: str, timeout_s: float, judge: Any = None) -> None:
+        """Colocated graders: grading runs in this process, sharing its CPU with the engine."""
+        from trainer_ref.graders import GraderWorker
+
+        self._grader = GraderWorker(kind, timeout_s, judge=judge, init_telemetry=False)
+
+    def grade(self, samples: list[dict[str, Any]], submitted_at: float | None = None) -> list[dict[str, Any]]:
+        return self._grader.grade(samples, submitted_at)
+
+    def engine_fingerprints(self, shapes: dict[str, list[int]] | None = None) -> dict[str, str]:
+        with self._lock:
+            return weight_sync.engine_fingerprints(self.llm, shapes)[0]
+
+    def shutdown(self) -> None:
+        self._stop = True
+        with self._lock:
+            self._lock.notify_all()
+        self._thread.join(timeout=10)
+        telemetry.shutdown()
+
+    # ----- engine thread ---------------------------------------------------------------------
+    def _params(self, req: dict[str, Any]) -> Any:
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        return SamplingParams(n=1, temperature=float(self.cfg["temperature"]), logprobs=1,
+                              max_tokens=int(self.cfg["max_tokens"]) - len(req["gen_ids"]),
+                              seed=req["seed"] + 7 * req["interrupts"], output_kind=RequestOutputKind.DELTA)
+
+    def _admit(self) -> None:
+        while self._inbox and not (self._update and self._update["interrupt"] == "wait"):
+            req = self._inbox.popleft()
+            self._req_seq += 1
+            rid = f"{req['sample_id']}#{self._req_seq}"
+            self.engine.add_request(rid, {"prompt_token_ids": req["prompt_ids"] + req["gen_ids"]}, self._params(req))
+            self._running[rid] = req
+
+    def _finish(self, req: dict[str, Any], reason: str) -> None:
+        g = self._groups[req["group_id"]]
+        text = self.tok.decode(req["gen_ids"], skip_special_tokens=True)
+        sample = {"sample_id": req["sample_id"], "group_id": req["group_id"], "prompt_idx": g["meta"]["prompt_idx"],
+                  "prompt": g["meta"]["prompt"], "answer": g["meta"].get("answer"), "prompt_ids": req["prompt_ids"],
+                  "completion_ids": list(req["gen_ids"]), "completion": text, "logprobs": list(req["logprobs"]),
+                  "dispatch_version": req["dispatch_version"],
+                  "min_token_version": req["min_v"] if req["min_v"] is not None else self.version,
+                  "max_token_version": req["max_v"] if req["max_v"] is not None else self.version,
+                  "finish_reason": reason, "gen_seconds": time.time() - req["t0"], "t_done": time.time(),
+                  "interrupts": req["interrupts"], "aborted_tokens": req["aborted_tokens"]}
+        telemetry.on_rollout(sample)
+        g["samples"][req["j"]] = sample
+        g["remaining"] -= 1
+        if g["remaining"] == 0:
+            del self._groups[req["group_id"]]
+            self._done.append({**g["meta"], "samples": g["samples"], "t_done": time.time()})
+            self._lock.notify_all()
+
+    def _apply_update(self) -> None:
+        upd = self._update
+        assert upd is not None
+        rep: dict[str, Any] = {"version": upd["version"], "aborted": 0, "resumed": 0, "regenerated": 0}
+        try:
+            t = time.perf_counter()
+            rep["lock_wait_s"] = t - upd["t_req"]
+            inflight = list(self._running.items())
+            if inflight:
+                self.engine.abort_request([rid for rid, _ in inflight])
+                self._running.clear()
+            requeue = []
+            for _, req in inflight:
+                req["interrupts"] += 1
+                if upd["interrupt"] == "abort":
+                    req["aborted_tokens"] += len(req["gen_ids"])
+                    req.update(gen_ids=[], logprobs=[], min_v=None, max_v=None)
+                    rep["regenerated"] += 1
+                else:
+                    rep["resumed"] += 1
+                requeue.append(req)
+            rep["aborted"] = len(inflight)
+            self._inbox.extendleft(reversed(requeue))
+            payload, rep["transfer_recv_s"] = weight_sync.receive(upd["ref"])
+            rep["bytes"] = len(payload)
+            t1 = time.perf_counter()
+            lr = weight_sync.load_into_engine(self.llm, payload, upd["expected"], upd["shapes"])
+            rep.update(load_s=time.perf_counter() - t1, tensors_present=lr.tensors_present,
+                       mismatched=lr.mismatched, fingerprint=weight_sync.digest(lr.fingerprints),
+                       mem_hwm_bytes=lr.mem_hwm_bytes,
+                       sources={s: sum(1 for v in lr.sources.values() if v == s) for s in set(lr.sources.values())})
+            t2 = time.perf_counter()
+            rep["reset_confirmed"] = weight_sync.reset_cache(self.llm)
+            rep["reset_s"] = time.perf_counter() - t2
+            self.version = upd["version"]
+            telemetry.set_context(version=self.version)
+            v = upd["version"]
+            telemetry.on_sync_boundary(v, "load", duration_s=rep["load_s"], bytes=len(payload),
+                                       outcome="ok" if lr.match else "mismatch", tensors_expected=len(upd["expected"]),
+                                       tensors_present=len(lr.fingerprints), fingerprint=rep["fingerprint"],
+                                       fingerprint_match=lr.match, mismatched_tensors=telemetry.to_json(lr.mismatched),
+                                       mem_hwm_bytes=lr.mem_hwm_bytes)
+            telemetry.on_sync_boundary(v, "cache_reset", duration_s=rep["reset_s"], reset_requested=True,
+                                       reset_confirmed=rep["reset_confirmed"], inflight_aborted=rep["aborted"],
+                                       inflight_resumed=rep["resumed"],
+                                       outcome="ok" if rep["reset_confirmed"] else "error")
+        except Exception as e:  # reported to the caller, the loop survives
+            rep["error"] = f"{type(e).__name__}: {e}"
+        self._update_report = rep
+        self._update = None
+        self._update_done.set()
+
+    def _loop(self) -> None:
+        last_hb = 0.0
+        while not self._stop:
+            with self._lock:
+                if self._update is not None and (self._update["interrupt"] != "wait" or not self._running):
+                    self._apply_update()
+                self._admit()
+                if not self._running:
+                    self._lock.wait(0.05)
+                    continue
+            t0 = time.perf_counter()
+            outs = self.engine.step()
+            self.busy_s += time.perf_counter() - t0
+            with self._lock:
+                for o in outs:
+                    req = self._running.get(o.request_id)
+                    if req is None:
+                        continue
+                    c = o.outputs[0]
+                    for tid, lp in zip(c.token_ids, c.logprobs or []):
+                        req["gen_ids"].append(int(tid))
+                        req["logprobs"].append(float(lp[tid].logprob))
+                    if c.token_ids:
+                        self.tokens_generated += len(c.token_ids)
+                        req["min_v"] = self.version if req["min_v"] is None else min(req["min_v"], self.version)
+                        req["max_v"] = self.version if req["max_v"] is None else max(req["max_v"], self.version)
+                    if o.finished:
+                        del self._running[o.request_id]
+                        self._finish(req, c.finish_reason or "stop")
+            if time.time() - last_hb > 2.0:
+                last_hb = time.time()
+                telemetry.heartbeat("generate", f"running={len(self._running)} inbox={len(self._inbox)}")

@@ -1,0 +1,136 @@
+"""Reward graders: exact match, rule-based, sandboxed code execution, and a model judge.
+
+* ``exact``: 1.0 when the number after the last ``#`` equals the answer, else 0.0.
+* ``rule``: R1-style rule reward: the completion must be well formed (``[n,n,...]#answer``) and
+  stopped by the model (not truncated); 1.0 correct, 0.1 well formed but wrong, 0.0 otherwise.
+* ``code``: the model's answer text is executed as Python inside the bubblewrap sandbox
+  (``trainer_ref.sandbox``) against an assertion; 1.0 when the program prints PASS.
+* ``judge``: a small LM served by its own vLLM engine scores the completion: the reward is
+  exp(mean log-prob of the completion tokens given the prompt) under the judge, in [0, 1].
+
+Every call has a timeout (``GraderWorker.grade``) and is reported as a ``grader_call`` event with
+queue wait, latency and outcome. ``GraderWorker`` runs as a Ray actor (a pool of them), or inside
+the generator actor when graders are colocated.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutTimeout
+from typing import Any, Callable
+
+from trainer_ref import telemetry
+from trainer_ref.sandbox import run_python
+from trainer_ref.task import extract_answer, well_formed
+
+
+def grade_exact(sample: dict[str, Any]) -> float:
+    return 1.0 if extract_answer(sample["completion"]) == sample["answer"] else 0.0
+
+
+def grade_rule(sample: dict[str, Any]) -> float:
+    if sample.get("finish_reason") != "stop" or not well_formed(sample["completion"]):
+        return 0.0
+    return 1.0 if extract_answer(sample["completion"]) == sample["answer"] else 0.1
+
+
+def code_program(sample: dict[str, Any]) -> str:
+    """The program run for the code grader: the model's answer text is code."""
+    answer_text = sample["completion"].strip().rsplit("#", 1)[-1]
+    return f"result = (\n{answer_text}\n)\nassert result == {int(sample['answer'])}\nprint('PASS')\n"
+
+
+def grade_code(sample: dict[str, Any], timeout_s: float = 5.0) -> float:
+    res = run_python(code_program(sample), timeout_s=timeout_s, cpu_s=max(1, int(timeout_s)))
+    if res.timed_out:
+        raise TimeoutError("sandbox timeout")
+    return 1.0 if res.returncode == 0 and res.stdout.strip() == "PASS" else 0.0
+
+
+class JudgeModel:
+    """A small LM in its own vLLM engine that scores answers (likelihood judge)."""
+
+    def __init__(self, model_dir: str, max_model_len: int = 256, run_dir: str | None = None,
+                 cfg: dict[str, Any] | None = None) -> None:
+        import os
+
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
+        from transformers import AutoTokenizer
+        from vllm import LLM
+
+        if run_dir:
+            telemetry.init_component(run_dir, "grader", 100, config=cfg)
+        self.tok = AutoTokenizer.from_pretrained(model_dir)
+        self.llm = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=max_model_len, seed=0)
+
+    def ready(self) -> bool:
+        return True
+
+    def score(self, items: list[tuple[str, str]]) -> list[float]:
+        """exp(mean completion log-prob | prompt) for each (prompt, completion)."""
+        from vllm import SamplingParams
+
+        prompts, spans = [], []
+        for prompt, completion in items:
+            p = self.tok(prompt, add_special_tokens=False)["input_ids"]
+            c = self.tok(completion, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
+            prompts.append({"prompt_token_ids": p + c})
+            spans.append((len(p), len(p) + len(c)))
+        outs = self.llm.generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0),
+                                 use_tqdm=False)
+        scores = []
+        for o, (a, b), pr in zip(outs, spans, prompts):
+            ids = pr["prompt_token_ids"]
+            lps = [o.prompt_logprobs[i][ids[i]].logprob for i in range(a, b)]
+            scores.append(math.exp(sum(lps) / max(1, len(lps))))
+        return scores
+
+
+GRADERS: dict[str, Callable[[dict[str, Any]], float]] = {"exact": grade_exact, "rule": grade_rule}
+
+
+class GraderWorker:
+    """Grades samples with per-call timeouts; a Ray actor in the pool, or embedded in the generator."""
+
+    def __init__(self, kind: str, timeout_s: float = 5.0, run_dir: str | None = None, rank: int = 0,
+                 cfg: dict[str, Any] | None = None, judge: Any = None, init_telemetry: bool = True) -> None:
+        if run_dir and init_telemetry:
+            telemetry.init_component(run_dir, "grader", rank, config=cfg)
+        self.kind, self.timeout_s, self.judge = kind, timeout_s, judge
+        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="grader")
+
+    def ready(self) -> bool:
+        return True
+
+    def _one(self, sample: dict[str, Any]) -> float:
+        if self.kind == "code":
+            return grade_code(sample, self.timeout_s)
+        if self.kind == "judge":
+            import ray
+
+            ref = self.judge.score.remote([(sample["prompt"], sample["completion"])])
+            return float(ray.get(ref, timeout=self.timeout_s)[0])
+        return GRADERS[self.kind](sample)
+
+    def grade(self, samples: list[dict[str, Any]], submitted_at: float | None = None) -> list[dict[str, Any]]:
+        """Returns [{sample_id, reward, outcome, latency_s, queue_wait_s, error}] in input order."""
+        start = time.time()
+        wait = max(0.0, start - submitted_at) if submitted_at else 0.0
+        futs = [(s, time.perf_counter(), self.pool.submit(self._one, s)) for s in samples]
+        out = []
+        for s, t0, fut in futs:
+            err, reward, outcome = None, None, "ok"
+            try:
+                reward = float(fut.result(timeout=max(0.01, self.timeout_s - (time.perf_counter() - t0))))
+            except (FutTimeout, TimeoutError) as e:
+                outcome, err = "timeout", str(e) or "timeout"
+            except Exception as e:  # grader bug or judge failure: the sample is dropped, not the run
+                outcome, err = "error", f"{type(e).__name__}: {e}"
+            lat = time.perf_counter() - t0
+            telemetry.on_grader_call(s["sample_id"], self.kind, wait, lat, outcome, reward, err)
+            out.append({"sample_id": s["sample_id"], "reward": reward, "outcome": outcome, "latency_s": lat,
+                        "queue_wait_s": wait, "error": err})
+        telemetry.heartbeat("grade", f"{len(samples)} samples")
+        return out

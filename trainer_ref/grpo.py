@@ -1,0 +1,141 @@
+"""GRPO objective: group-normalised advantages, clipped surrogate, token-level normalisation,
+optional KL to a reference, truncated importance sampling for stale samples.
+
+Reference formulation: DeepSeekMath (Shao et al., 2024) GRPO, as used by DeepSeek-R1. Departures,
+each deliberate and each what current open trainers (verl, AReaL, slime, DAPO) do:
+
+1. Token-level loss normalisation: the summed per-token loss is divided by the *global* number of
+   completion tokens in the batch (DAPO), not averaged per sequence then per group (the paper's
+   1/|o_i| per sequence biases towards short answers). The denominator is computed once for the
+   whole batch and shared by every micro-batch (and would be by every data-parallel rank).
+2. KL to the reference is optional and off by default (``kl_coef = 0``: DAPO, Dr. GRPO); when on it
+   is the paper's k3 estimator added to the per-token loss, not folded into the reward.
+3. Asynchronous samples: the generator's own per-token log-probs (behaviour policy, possibly
+   ``staleness`` versions old) differ from the trainer's. The ratio of the clipped surrogate is
+   taken against the trainer's log-probs at consumption (the "proximal" policy, AReaL's decoupled
+   PPO), and each token is weighted by the truncated importance weight
+   ``min(exp(logp_prox - logp_gen), C)`` (TIS, Yao et al. 2025). With one policy-gradient
+   iteration per batch (the default) the ratio is 1 and the surrogate's gradient is the plain
+   policy gradient times the TIS weight.
+4. Advantages are (r - mean) / (std + eps) with the population std (``unbiased=False``) of the
+   group; groups whose rewards are all equal contribute zero advantage (they still count in the
+   token denominator, as in the paper) and are reported, not silently dropped.
+5. One gradient step per batch (no PPO epochs by default); gradient clipping by global norm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+
+@dataclass
+class AdvantageStats:
+    groups: int
+    zero_std_groups: int
+    near_zero_std_groups: int
+    near_zero_threshold: float
+    max_abs_advantage: float
+    denom_min: float
+    denom_p50: float
+    denom_max: float
+    nonfinite_denominators: int
+
+
+def group_advantages(rewards: list[list[float]], eps: float = 1e-4,
+                     near_zero: float = 1e-2) -> tuple[list[list[float]], AdvantageStats]:
+    """Per-group (r - mean) / (std + eps); returns advantages in the same nesting and stats."""
+    advs, denoms, zero, near = [], [], 0, 0
+    for rs in rewards:
+        r = torch.tensor(rs, dtype=torch.float64)
+        std = r.std(unbiased=False) if len(rs) > 1 else torch.tensor(0.0, dtype=torch.float64)
+        denom = std + eps
+        denoms.append(float(denom))
+        zero += int(std == 0)
+        near += int(0 < std < near_zero)
+        advs.append(((r - r.mean()) / denom).tolist())
+    flat = [abs(a) for g in advs for a in g] or [0.0]
+    d = sorted(denoms) or [0.0]
+    nonfinite = sum(1 for x in denoms if not torch.isfinite(torch.tensor(x)) or x == 0)
+    return advs, AdvantageStats(len(rewards), zero, near, near_zero, max(flat), d[0], d[len(d) // 2], d[-1], nonfinite)
+
+
+def pad_batch(seqs: list[list[int]], starts: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Right-padded ids (B, T) and completion mask (B, T-1) aligned with next-token targets."""
+    t = max(map(len, seqs))
+    ids = torch.full((len(seqs), t), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), t - 1), dtype=torch.float32)
+    for i, (s, st) in enumerate(zip(seqs, starts)):
+        ids[i, :len(s)] = torch.tensor(s)
+        mask[i, st - 1:len(s) - 1] = 1.0  # target position j predicts token j+1
+    return ids, mask
+
+
+def token_logprobs(model: Any, ids: torch.Tensor, pad_id: int,
+                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each next token (B, T-1) and optionally the entropy (B, T-1)."""
+    attn = (ids != pad_id).long()
+    attn[:, 0] = 1
+    logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # (B, T-1, V)
+    logp_all = torch.log_softmax(logits, -1)
+    logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)
+    ent = -(logp_all.exp() * logp_all).sum(-1) if with_entropy else None
+    return logp, ent
+
+
+def gen_logprob_tensor(gen: list[list[float]], starts: list[int], shape: tuple[int, int]) -> torch.Tensor:
+    """Generator log-probs laid out like ``token_logprobs`` (zeros outside the completion)."""
+    out = torch.zeros(shape, dtype=torch.float32)
+    for i, (lps, st) in enumerate(zip(gen, starts)):
+        out[i, st - 1:st - 1 + len(lps)] = torch.tensor(lps, dtype=torch.float32)
+    return out
+
+
+@dataclass
+class LossParts:
+    loss: torch.Tensor
+    tokens: float
+    is_ratio_mean: float
+    is_ratio_max: float
+    is_clipped: float
+    ess_sum_w: float
+    ess_sum_w2: float
+    kl: float
+    entropy_sum: float
+    dlogp_abs_sum: float
+    dlogp_abs_max: float
+
+
+def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, gen_logp: torch.Tensor, adv: torch.Tensor,
+              mask: torch.Tensor, token_denominator: float, *, clip_eps: float = 0.2, tis_cap: float = 2.0,
+              ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
+              entropy: torch.Tensor | None = None) -> LossParts:
+    """Per-token clipped surrogate with TIS weights, summed and divided by the global token count.
+
+    logp (B, T): current policy (requires grad); old_logp (B, T): proximal policy (detached);
+    gen_logp (B, T): behaviour policy from the generator; adv (B,): sequence advantage; mask (B, T).
+    """
+    adv_t = adv.unsqueeze(-1)  # (B, 1)
+    ratio = torch.exp(logp - old_logp)
+    surr = -torch.minimum(ratio * adv_t, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * adv_t)
+    w_raw = torch.exp(old_logp - gen_logp).detach()
+    w = torch.clamp(w_raw, max=tis_cap) if tis_cap > 0 else torch.ones_like(w_raw)
+    per_tok = w * surr
+    kl_val = 0.0
+    if ref_logp is not None and kl_coef > 0:
+        d = ref_logp - logp
+        k3 = torch.exp(d) - d - 1
+        per_tok = per_tok + kl_coef * k3
+        kl_val = float((k3.detach() * mask).sum())
+    loss = (per_tok * mask).sum() / token_denominator
+    m = mask > 0
+    wm = w_raw[m]
+    dl = (old_logp - gen_logp).abs()[m]
+    return LossParts(loss, float(mask.sum()), float(wm.sum()) if wm.numel() else 0.0,
+                     float(wm.max()) if wm.numel() else 0.0,
+                     float((wm > tis_cap).sum()) if tis_cap > 0 and wm.numel() else 0.0,
+                     float(w[m].sum()), float((w[m] ** 2).sum()), kl_val,
+                     float((entropy.detach() * mask).sum()) if entropy is not None else 0.0,
+                     float(dl.sum()) if dl.numel() else 0.0, float(dl.max()) if dl.numel() else 0.0)

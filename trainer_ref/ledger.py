@@ -1,0 +1,39 @@
+"""The sample ledger: every sample id is generated, graded, then consumed or dropped, once.
+
+Transitions are validated (a sample cannot be consumed twice or after being dropped) and each is
+emitted as a ``ledger`` event. The ledger is part of the checkpoint, so accounting survives resume.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+from trainer_ref import telemetry
+
+_NEXT = {None: {"generated"}, "generated": {"graded", "dropped"}, "graded": {"consumed", "dropped"}}
+
+
+class LedgerError(RuntimeError):
+    pass
+
+
+class Ledger:
+    def __init__(self, states: dict[str, str] | None = None) -> None:
+        self.states: dict[str, str] = dict(states or {})
+
+    def mark(self, sample_id: str, group_id: str, state: str, **fields: Any) -> None:
+        cur = self.states.get(sample_id)
+        if state not in _NEXT.get(cur, set()):
+            raise LedgerError(f"sample {sample_id}: illegal transition {cur} -> {state}")
+        self.states[sample_id] = state
+        telemetry.on_ledger(sample_id, group_id, state, **fields)
+
+    def counts(self) -> dict[str, int]:
+        return dict(Counter(self.states.values()))
+
+    def with_state(self, state: str) -> list[str]:
+        return sorted(k for k, v in self.states.items() if v == state)
+
+    def to_json(self) -> dict[str, str]:
+        return dict(self.states)

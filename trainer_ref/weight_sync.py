@@ -1,0 +1,211 @@
+"""Weight sync from trainer to generator in five explicit stages, each a function probes can wrap.
+
+1. ``dump_weights``      trainer side: state dict -> safetensors bytes + per-tensor fingerprints.
+2. ``StagingBuffer``     a CPU staging buffer behind a lock with a sequence number; ``read`` reports
+                         the sequence before and after the copy so a torn read is detectable.
+3. ``transfer`` / ``receive``  Ray object store here (``ray.put`` / resolve by reference);
+                         ``transfer_cuda`` is the NCCL / CUDA-IPC path on a GPU (stub, guarded).
+4. ``load_into_engine``  vLLM worker extension (``collective_rpc`` -> ``reload_weights``), returning
+                         the engine-side fingerprint of every parameter to compare with the dump.
+5. ``reset_cache``       prefix/KV-cache reset, confirmed by the engine's return value.
+
+Fingerprints are xxh64 of each tensor's raw bytes in the *engine layout* (vLLM fuses q/k/v into
+``qkv_proj`` and gate/up into ``gate_up_proj``; ``engine_layout`` applies the same fusion on the
+trainer side), so dump and load fingerprints are comparable tensor by tensor.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import xxhash
+
+_FUSED = (("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
+          ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj")))
+
+
+def tensor_fingerprint(t: Any) -> str:
+    """xxh64 hex of a tensor's contiguous CPU bytes."""
+    import torch
+
+    a = t.detach().to("cpu").contiguous()
+    return xxhash.xxh64(a.view(torch.uint8).numpy().tobytes() if a.numel() else b"").hexdigest()
+
+
+def digest(fingerprints: dict[str, str]) -> str:
+    """One digest over all per-tensor fingerprints (sorted by name)."""
+    h = xxhash.xxh64()
+    for k in sorted(fingerprints):
+        h.update(k.encode())
+        h.update(fingerprints[k].encode())
+    return h.hexdigest()
+
+
+def engine_layout(state: dict[str, Any]) -> dict[str, Any]:
+    """The state dict with vLLM's fusions applied (for fingerprint comparison only)."""
+    import torch
+
+    out = dict(state)
+    for fused, parts in _FUSED:
+        for name in [k for k in state if parts[0] in k]:
+            prefix, suffix = name.split(parts[0])
+            names = [prefix + p + suffix for p in parts]
+            if all(n in out for n in names):
+                out[prefix + fused + suffix] = torch.cat([out.pop(n) for n in names], 0)
+    return out
+
+
+@dataclass
+class Dump:
+    """Stage 1 result."""
+
+    version: int
+    payload: bytes
+    fingerprints: dict[str, str]  # engine-layout name -> xxh64
+    names: list[str]  # tensor names in the dump (trainer layout)
+    seconds: float = 0.0
+    shapes: dict[str, list[int]] = field(default_factory=dict)  # engine-layout name -> shape
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.payload)
+
+    @property
+    def digest(self) -> str:
+        return digest(self.fingerprints)
+
+
+def dump_weights(model: Any, version: int, expected: Iterable[str] | None = None) -> Dump:
+    """Stage 1: serialise the model's state dict (safetensors bytes) and fingerprint each tensor."""
+    from safetensors.torch import save
+
+    t0 = time.perf_counter()
+    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    missing = sorted(set(expected or ()) - set(state))
+    if missing:
+        raise RuntimeError(f"dump is missing tensors: {missing[:5]}")
+    payload = save(state)
+    fused = engine_layout(state)
+    fps = {k: tensor_fingerprint(v) for k, v in fused.items()}
+    shapes = {k: list(v.shape) for k, v in fused.items()}
+    return Dump(version, payload, fps, sorted(state), time.perf_counter() - t0, shapes)
+
+
+@dataclass
+class StagingRead:
+    dump: Dump
+    seq_before: int
+    seq_after: int
+    lock_wait_s: float
+    lock_hold_s: float
+
+    @property
+    def torn(self) -> bool:
+        return self.seq_before != self.seq_after
+
+
+@dataclass
+class StagingBuffer:
+    """Stage 2: the CPU staging buffer; writers bump ``seq`` twice (odd while writing)."""
+
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+    seq: int = 0
+    _dump: Dump | None = None
+
+    def write(self, dump: Dump) -> tuple[float, float]:
+        """Store a dump; returns (lock_wait_s, lock_hold_s)."""
+        t0 = time.perf_counter()
+        with self._lock:
+            t1 = time.perf_counter()
+            self.seq += 1
+            self._dump = Dump(dump.version, bytes(dump.payload), dict(dump.fingerprints), list(dump.names),
+                              dump.seconds, dict(dump.shapes))
+            self.seq += 1
+            return t1 - t0, time.perf_counter() - t1
+
+    def read(self, locked: bool = True) -> StagingRead:
+        """Copy the staged dump out; ``locked=False`` reads without the lock (torn reads possible)."""
+        t0 = time.perf_counter()
+        if locked:
+            self._lock.acquire()
+        t1 = time.perf_counter()
+        try:
+            before = self.seq
+            if self._dump is None:
+                raise RuntimeError("staging buffer is empty")
+            d = self._dump
+            copy = Dump(d.version, bytes(d.payload), dict(d.fingerprints), list(d.names), d.seconds, dict(d.shapes))
+            after = self.seq
+        finally:
+            if locked:
+                self._lock.release()
+        return StagingRead(copy, before, after, t1 - t0, time.perf_counter() - t1)
+
+
+def transfer(payload: bytes) -> tuple[Any, float]:
+    """Stage 3 (sender): put the payload in the Ray object store; returns (ObjectRef, seconds)."""
+    import ray
+
+    t0 = time.perf_counter()
+    ref = ray.put(payload)
+    return ref, time.perf_counter() - t0
+
+
+def receive(ref_or_payload: Any) -> tuple[bytes, float]:
+    """Stage 3 (receiver): resolve the payload; returns (bytes, seconds)."""
+    import ray
+
+    t0 = time.perf_counter()
+    data = ray.get(ref_or_payload) if isinstance(ref_or_payload, ray.ObjectRef) else ref_or_payload
+    return bytes(data), time.perf_counter() - t0
+
+
+def transfer_cuda(model: Any, group: Any = None) -> None:
+    """Stage 3 on a GPU: broadcast parameters over NCCL (or share CUDA-IPC handles) to the engine.
+
+    Not available on this CPU build: vLLM's nccl/ipc weight-transfer backends need CUDA. The
+    object-store path above is used whenever ``torch.cuda.is_available()`` is false.
+    """
+    import torch
+
+    if not torch.cuda.is_available():
+        raise RuntimeError("transfer_cuda needs CUDA; use transfer() (Ray object store) on CPU")
+    raise NotImplementedError("NCCL/CUDA-IPC weight transfer: wire vLLM's weight-transfer backend here")
+
+
+@dataclass
+class LoadResult:
+    seconds: float
+    tensors_present: int
+    fingerprints: dict[str, str]
+    mismatched: list[str]
+    mem_hwm_bytes: int
+    sources: dict[str, str] = field(default_factory=dict)  # name -> param | consumed | freed
+
+    @property
+    def match(self) -> bool:
+        return not self.mismatched
+
+
+def engine_fingerprints(llm: Any, shapes: dict[str, list[int]] | None = None) -> tuple[dict[str, str], dict[str, str]]:
+    """The engine's per-tensor fingerprints and where each was read (param | consumed | freed)."""
+    raw = llm.collective_rpc("rlobs_fingerprints", args=(shapes or {},))[0]
+    return {k: v[0] for k, v in raw.items()}, {k: v[1] for k, v in raw.items()}
+
+
+def load_into_engine(llm: Any, payload: bytes, expected: dict[str, str],
+                     shapes: dict[str, list[int]] | None = None) -> LoadResult:
+    """Stage 4: load weights in every worker and compare the engine fingerprints with ``expected``."""
+    t0 = time.perf_counter()
+    rep = llm.collective_rpc("rlobs_load_weights", args=(payload,))[0]
+    fps, src = engine_fingerprints(llm, shapes)
+    mism = sorted(k for k in set(expected) | set(fps) if expected.get(k) != fps.get(k))
+    return LoadResult(time.perf_counter() - t0, int(rep["tensors"]), fps, mism, int(rep["max_rss_bytes"]), src)
+
+
+def reset_cache(llm: Any) -> bool:
+    """Stage 5: reset the prefix/KV cache; True when the engine confirms it."""
+    return bool(llm.reset_prefix_cache())
