@@ -55,6 +55,25 @@ def group_std(rewards: np.ndarray, ddof: int = 1) -> float:
     return float(np.std(rewards, ddof=ddof))
 
 
+def _rectangular(groups: list[np.ndarray]) -> np.ndarray | None:
+    if not groups:
+        return None
+    n = groups[0].size
+    if any(g.size != n for g in groups):
+        return None
+    return np.stack(groups) if len(groups) > 1 else groups[0].reshape(1, -1)
+
+
+def _rect_std(arr: np.ndarray, ddof: int) -> np.ndarray:
+    """Per-row ``group_std`` of a (G, n) array."""
+    g, n = arr.shape
+    if n - ddof <= 0:
+        return np.full(g, math.nan)
+    std = np.std(arr, axis=1, ddof=ddof)
+    std[np.all(arr == arr[:, :1], axis=1)] = 0.0
+    return std
+
+
 def grpo_advantages(rewards: Any, *, eps: float = DEFAULT_EPS, ddof: int = 1) -> tuple[list[np.ndarray], np.ndarray]:
     """Reference GRPO advantages: per group (r - mean) / (std + eps). Returns (advantages per group,
     denominators)."""
@@ -119,8 +138,16 @@ def advantage_health(rewards: Any, *, advantages: Any = None, denominators: Any 
         ones are computed from ``rewards``.
     denominators: the per-group denominators the trainer used; by default std + eps.
     """
-    groups = _groups(rewards)
-    stds = np.asarray([group_std(g, ddof) for g in groups], dtype=np.float64)
+    if (is_tensor(rewards) or isinstance(rewards, np.ndarray)) and len(getattr(rewards, "shape", ())) == 2:
+        rect = to_numpy(rewards)
+        groups = list(rect)
+    else:
+        groups = _groups(rewards)
+        rect = _rectangular(groups)
+    if rect is not None:  # one vectorised pass for equal-sized groups (the common case)
+        stds = _rect_std(rect, ddof)
+    else:
+        stds = np.asarray([group_std(g, ddof) for g in groups], dtype=np.float64)
     zero = int(np.sum(stds == 0.0))
     near = int(np.sum((stds > 0.0) & (stds < near_zero_threshold)))
     if denominators is None:
@@ -129,7 +156,10 @@ def advantage_health(rewards: Any, *, advantages: Any = None, denominators: Any 
         denoms = to_numpy(denominators).reshape(-1)
     if advantages is None:
         with np.errstate(divide="ignore", invalid="ignore"):
-            advantages = [(g - g.mean()) / d for g, d in zip(groups, denoms) if g.size]
+            if rect is not None and rect.shape[1] and denoms.size == rect.shape[0]:
+                advantages = ((rect - rect.mean(axis=1, keepdims=True)) / denoms[:, None]).reshape(-1)
+            else:
+                advantages = [(g - g.mean()) / d for g, d in zip(groups, denoms) if g.size]
     if isinstance(advantages, (list, tuple)):
         flat = np.concatenate([to_numpy(a).reshape(-1) for a in advantages]) if advantages else np.zeros(0)
     else:

@@ -111,7 +111,8 @@ class GoodputAccount:
         extra = {"step": step} if step is not None else {}
         for cat, (tokens, samples) in snap.items():
             if cat == "effective":
-                rec.emit("goodput", category=cat, tokens=tokens, samples=samples, effective_ratio=ratio, **extra)
+                rec.emit("goodput", category=cat, tokens=tokens, samples=samples,
+                         effective_ratio=ratio if math.isfinite(ratio) else None, **extra)
             elif tokens or samples:
                 rec.emit("goodput", category=cat, tokens=tokens, samples=samples, **extra)
         return {**{c: v[0] for c, v in snap.items()}, "effective_ratio": ratio}

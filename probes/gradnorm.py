@@ -29,8 +29,6 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-import numpy as np
-
 from probes._common import Recorderish, as_list, dumps, recorder_or_global
 
 MAD_TO_SIGMA = 1.4826
@@ -68,6 +66,12 @@ def group_grad_norms(groups: Any, norm_type: float = 2.0) -> dict[str, float]:
     return {name: global_grad_norm(params, norm_type) for name, params in _named_groups(groups).items()}
 
 
+def _median(sorted_values: list[float]) -> float:
+    n = len(sorted_values)
+    mid = n // 2
+    return sorted_values[mid] if n % 2 else 0.5 * (sorted_values[mid - 1] + sorted_values[mid])
+
+
 class SpikeDetector:
     """Online robust spike detector on log(value): rolling median / MAD with a warm-up."""
 
@@ -85,9 +89,8 @@ class SpikeDetector:
         """Robust z of ``value`` against the window (None during warm-up or for non-positive values)."""
         if len(self._values) < self.warmup or not (value > 0) or not math.isfinite(value):
             return None
-        arr = np.fromiter(self._values, dtype=np.float64)
-        med = float(np.median(arr))
-        sigma = max(MAD_TO_SIGMA * float(np.median(np.abs(arr - med))), self.min_sigma)
+        med = _median(sorted(self._values))
+        sigma = max(MAD_TO_SIGMA * _median(sorted(abs(v - med) for v in self._values)), self.min_sigma)
         return (math.log(value) - med) / sigma
 
     @property
@@ -95,7 +98,7 @@ class SpikeDetector:
         """Running median of the window, in the value's units."""
         if not self._values:
             return None
-        return math.exp(float(np.median(np.fromiter(self._values, dtype=np.float64))))
+        return math.exp(_median(sorted(self._values)))
 
     def update(self, value: float) -> tuple[float | None, bool]:
         """Score ``value`` then add it to the window. Returns (score, spike)."""

@@ -1,0 +1,258 @@
+"""Weight-sync probe: five boundaries, fingerprints, torn reads, skipped cache resets, spans."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from probes.weight_sync import (StagingBuffer, WeightSyncProbe, compare_fingerprints, fingerprints,
+                                tensor_fingerprint)
+from tests.probes.conftest import rows
+
+
+def _state() -> dict[str, torch.Tensor]:
+    g = torch.Generator().manual_seed(0)
+    return {"embed.weight": torch.randn(16, 8, generator=g), "layer.weight": torch.randn(8, 8, generator=g),
+            "norm.weight": torch.ones(8, dtype=torch.bfloat16)}
+
+
+def test_fingerprints_are_content_dtype_and_shape_sensitive_across_torch_and_numpy():
+    a = torch.arange(12, dtype=torch.float32)
+    assert tensor_fingerprint(a) == tensor_fingerprint(np.arange(12, dtype=np.float32))
+    assert tensor_fingerprint(a) != tensor_fingerprint(a.reshape(3, 4))
+    assert tensor_fingerprint(a) != tensor_fingerprint(a.double())
+    b = a.clone()
+    b[5] += 1e-6
+    assert tensor_fingerprint(a) != tensor_fingerprint(b)
+    assert tensor_fingerprint(a.to(torch.bfloat16)) == tensor_fingerprint(a.to(torch.bfloat16).clone())
+    assert tensor_fingerprint(a[::2]) == tensor_fingerprint(a[::2].contiguous())
+    assert compare_fingerprints({"x": "1", "y": "2", "z": "3"}, {"x": "1", "y": "9"}) == (["y"], ["z"])
+
+
+def test_healthy_sync_five_boundaries_spans_and_metrics(live):
+    state = _state()
+    nbytes = 16 * 8 * 4 + 8 * 8 * 4 + 8 * 2
+    probe = WeightSyncProbe()
+    buf = StagingBuffer()
+    t_step = time.time_ns() - 2_000_000_000  # the optimiser step finished 2 s ago
+    with probe.sync(3, optimizer_step_ns=t_step) as s:
+        with s.dump() as b:
+            b.record_state(state)
+        buf.write(state, version=3)
+        staged = s.read_staging(buf)
+        with s.transfer() as b:
+            time.sleep(0.01)
+            b.bytes = nbytes
+        with s.load() as b:
+            loaded = {k: torch.from_numpy(v.copy()) if v.dtype != np.int16 else
+                      torch.from_numpy(v.copy()).view(torch.bfloat16) for k, v in staged.items()}
+            b.record_state(loaded)
+        with s.cache_reset() as b:
+            b.requested()
+            b.confirmed(True)
+            b.inflight(aborted=2, resumed=1)
+    res = s.results
+    assert {k: v["outcome"] for k, v in res.items()} == {b: "ok" for b in
+                                                          ("dump", "staging", "transfer", "load", "cache_reset")}
+    assert res["dump"]["bytes"] == nbytes and res["dump"]["tensors_expected"] == 3
+    assert res["load"]["fingerprint_match"] is True and res["load"]["fingerprint"] == res["dump"]["fingerprint"]
+    assert res["staging"]["torn"] is False and res["staging"]["seq_before"] == res["staging"]["seq_after"] == 2
+    assert 0 < res["transfer"]["bandwidth_bps"] <= nbytes / 0.01
+    assert res["load"]["mem_hwm_bytes"] > 1 << 20
+
+    for boundary in ("dump", "staging", "transfer", "load", "cache_reset", "end_to_end"):
+        outcome = "ok"
+        assert live.value("rlobs_weight_sync_boundaries_total", boundary=boundary, outcome=outcome) == 1.0
+    assert live.value("rlobs_weight_sync_bytes_total", boundary="transfer") == nbytes
+    assert live.value("rlobs_weight_sync_bandwidth_bytes_per_second") == pytest.approx(res["transfer"]["bandwidth_bps"])
+    assert live.value("rlobs_weight_sync_memory_high_water_bytes") == res["load"]["mem_hwm_bytes"]
+    assert live.value("rlobs_weight_sync_version") == 3.0
+    assert live.value("rlobs_weight_sync_policy_lag_seconds_count") == 1.0
+    assert live.value("rlobs_weight_sync_policy_lag_seconds_sum") >= 2.0
+    assert live.value("rlobs_weight_sync_lock_wait_seconds_count") == 1.0
+    assert "rlobs_weight_sync_fingerprint_mismatches_total" not in live.scrape()
+
+    rec = live.close_and_open()
+    spans = {n: (sid, parent) for n, sid, parent in rows(rec, "select name, span_id, parent_span_id from span")}
+    root_id, root_parent = spans.pop("weight_sync")
+    assert root_parent is None
+    assert sorted(spans) == ["weight_sync.cache_reset", "weight_sync.dump", "weight_sync.load",
+                             "weight_sync.staging", "weight_sync.transfer"]
+    assert {p for _, p in spans.values()} == {root_id}
+    by_boundary = dict(rows(rec, "select boundary, span_id from weight_sync"))
+    assert by_boundary["end_to_end"] == root_id
+    assert all(by_boundary[b] == spans[f"weight_sync.{b}"][0] for b in res)
+    (inflight,) = rows(rec, "select inflight_aborted, inflight_resumed from weight_sync where boundary='cache_reset'")
+    assert inflight == (2, 1)
+
+
+def test_fingerprint_mismatch_lists_the_tensor(live):
+    state = _state()
+    probe = WeightSyncProbe()
+    with probe.sync(4) as s:
+        with s.dump() as b:
+            b.record_state(state)
+        with s.load() as b:
+            loaded = dict(state)
+            loaded["layer.weight"] = state["layer.weight"].to(torch.bfloat16).float()  # lossy load path
+            b.record_state(loaded)
+        with s.cache_reset() as b:
+            b.requested()
+            b.confirmed()
+    load = s.results["load"]
+    assert (load["outcome"], load["fingerprint_match"]) == ("mismatch", False)
+    assert json.loads(load["mismatched_tensors"]) == ["layer.weight"]
+    assert json.loads(load["missing_tensors"]) == []
+    assert live.value("rlobs_weight_sync_fingerprint_mismatches_total") == 1.0
+    assert live.value("rlobs_weight_sync_boundaries_total", boundary="load", outcome="mismatch") == 1.0
+    assert live.value("rlobs_weight_sync_boundaries_total", boundary="end_to_end", outcome="mismatch") == 1.0
+    live.assert_no_drops()
+
+
+def test_missing_tensor_in_dump_and_at_load(live):
+    state = _state()
+    probe = WeightSyncProbe()
+    expected = [*state, "lm_head.weight"]
+    with probe.sync(5, expected=expected) as s:
+        with s.dump() as b:
+            b.record_state(state)
+        with s.load() as b:
+            partial = {k: v for k, v in state.items() if k != "embed.weight"}
+            b.record_state(partial)
+        with s.cache_reset() as b:
+            b.requested()
+            b.confirmed()
+    dump, load = s.results["dump"], s.results["load"]
+    assert (dump["outcome"], dump["tensors_expected"], dump["tensors_present"]) == ("mismatch", 4, 3)
+    assert json.loads(dump["missing_tensors"]) == ["lm_head.weight"]
+    assert (load["outcome"], load["tensors_present"], load["fingerprint_match"]) == ("mismatch", 2, False)
+    assert json.loads(load["missing_tensors"]) == ["embed.weight", "lm_head.weight"]
+    assert json.loads(load["mismatched_tensors"]) == []
+    assert live.value("rlobs_weight_sync_boundaries_total", boundary="dump", outcome="mismatch") == 1.0
+
+
+def test_cache_reset_skipped_or_unconfirmed(live):
+    probe = WeightSyncProbe(required=("cache_reset",))
+    with probe.sync(6):
+        pass  # the trainer forgot the cache reset entirely
+    with probe.sync(7) as s:
+        with s.cache_reset() as b:
+            b.requested()
+            b.confirmed(False)  # the engine did not confirm
+    assert probe.last.results["cache_reset"]["outcome"] == "skipped"
+    assert live.value("rlobs_weight_sync_cache_reset_unconfirmed_total") == 2.0
+    assert live.value("rlobs_weight_sync_boundaries_total", boundary="cache_reset", outcome="skipped") == 2.0
+    assert live.value("rlobs_weight_sync_boundaries_total", boundary="end_to_end", outcome="skipped") == 2.0
+    rec = live.close_and_open()
+    assert rows(rec, "select version, reset_requested, reset_confirmed, outcome from weight_sync "
+                     "where boundary='cache_reset' order by version") == [(6, False, False, "skipped"),
+                                                                          (7, True, False, "skipped")]
+
+
+def _big_state(n: int = 8) -> dict[str, np.ndarray]:
+    return {f"t{i}": np.full(4096, float(i), dtype=np.float32) for i in range(n)}
+
+
+def _reads_while_writing(use_lock_writer: bool, reads: int = 40) -> list[bool]:
+    buf = StagingBuffer()
+    buf.write(_big_state())
+    stop = threading.Event()
+
+    def writer() -> None:
+        v = 0
+        while not stop.is_set():
+            v += 1
+            buf.write({k: a + v for k, a in _big_state().items()}, version=v, use_lock=use_lock_writer,
+                      per_tensor=lambda _n: time.sleep(0.0002))
+
+    th = threading.Thread(target=writer, daemon=True)
+    th.start()
+    try:
+        out = []
+        for _ in range(reads):
+            out.append(buf.read(per_tensor=lambda _n: time.sleep(0.0002)).torn)
+        return out
+    finally:
+        stop.set()
+        th.join(5)
+
+
+def test_torn_read_detected_with_a_real_concurrent_writer(live):
+    torn = _reads_while_writing(use_lock_writer=False)  # a writer that bypasses the lock
+    assert any(torn)
+    assert not any(_reads_while_writing(use_lock_writer=True))  # the same writer under the lock: never torn
+
+    buf = StagingBuffer()
+    buf.write(_big_state())
+    stop = threading.Event()
+
+    def writer() -> None:
+        while not stop.is_set():
+            buf.write(_big_state(), use_lock=False, per_tensor=lambda _n: time.sleep(0.0005))
+
+    th = threading.Thread(target=writer, daemon=True)
+    th.start()
+    probe = WeightSyncProbe(required=())
+    try:
+        for v in range(200):
+            with probe.sync(v) as s:
+                with s.staging() as b:
+                    b.record_read(buf.read(per_tensor=lambda _n: time.sleep(0.0002)))
+            if s.results["staging"]["torn"]:
+                break
+    finally:
+        stop.set()
+        th.join(5)
+    st = s.results["staging"]
+    assert st["outcome"] == "torn"
+    assert st["seq_before"] != st["seq_after"] or st["seq_before"] % 2 == 1
+    assert live.value("rlobs_weight_sync_torn_reads_total") == 1.0
+    assert live.value("rlobs_weight_sync_boundaries_total", boundary="staging", outcome="torn") == 1.0
+
+
+def test_lock_wait_is_measured_when_a_writer_holds_the_lock():
+    buf = StagingBuffer()
+    buf.write(_big_state(2))
+    held = threading.Event()
+
+    def slow_writer() -> None:
+        with buf.lock:
+            held.set()
+            time.sleep(0.1)
+
+    th = threading.Thread(target=slow_writer)
+    th.start()
+    held.wait(5)
+    r = buf.read()
+    th.join()
+    assert r.lock_wait_s >= 0.05 and not r.torn
+
+
+def test_error_in_a_boundary_propagates_and_is_recorded(live):
+    probe = WeightSyncProbe(required=())
+    with pytest.raises(ConnectionError):
+        with probe.sync(9) as s:
+            with s.transfer() as b:
+                b.retries = 3
+                raise ConnectionError("peer reset")
+    t = probe.last.results["transfer"]
+    assert (t["outcome"], t["retries"], t["error"]) == ("error", 3, "ConnectionError: peer reset")
+    assert live.value("rlobs_weight_sync_boundaries_total", boundary="end_to_end", outcome="error") == 1.0
+    live.assert_no_drops()
+
+
+def test_fingerprint_a_subset_only_compares_that_subset():
+    state = _state()
+    probe = WeightSyncProbe(required=())
+    with probe.sync(1) as s:
+        with s.dump() as b:
+            b.record_state(state)
+        with s.load() as b:
+            b.record_state(state, names=["norm.weight"])
+    assert s.results["load"]["outcome"] == "ok" and s.results["load"]["fingerprint_match"] is True
+    assert fingerprints(state, ["norm.weight", "absent"]).keys() == {"norm.weight"}
