@@ -55,23 +55,7 @@ def _columns(info: WriterInfo, kind: str, events: list[RawEvent]) -> list[Any]:
     schema = arrow_schema(kind)
     n = len(events)
     _kinds, ts, mono, steps, versions, spans, fields = zip(*events)  # one C-level transpose
-    if spans.count(None) == n:
-        trace_col = span_col = pa.nulls(n, pa.string())
-    else:
-        trace_col = pa.array([None if t is None else f"{t[0]:032x}" for t in spans], pa.string())
-        span_col = pa.array([None if t is None else f"{t[1]:016x}" for t in spans], pa.string())
-    cols: list[Any] = [
-        pa.array(ts, pa.int64()),
-        pa.array(mono, pa.int64()),
-        pa.repeat(pa.scalar(info.run_id, pa.string()), n),
-        pa.repeat(pa.scalar(info.process, pa.string()), n),
-        pa.repeat(pa.scalar(info.component, pa.string()), n),
-        pa.repeat(pa.scalar(info.rank, pa.int32()), n),
-        pa.nulls(n, pa.int64()) if steps.count(None) == n else pa.array(steps, pa.int64()),
-        pa.nulls(n, pa.int64()) if versions.count(None) == n else pa.array(versions, pa.int64()),
-        trace_col,
-        span_col,
-    ]
+    cols = _envelope_arrays(info, n, ts, mono, steps, versions, spans)
     get = dict.get
     for field in list(schema)[len(ENVELOPE_NAMES):]:
         values = list(map(get, fields, repeat(field.name, n)))
@@ -118,42 +102,118 @@ def to_record_batch(info: WriterInfo, kind: str, events: list[RawEvent]) -> Any:
     return batch
 
 
+def _envelope_arrays(info: WriterInfo, n: int, ts: Any, mono: Any, steps: Any, versions: Any, spans: Any) -> list[Any]:
+    import pyarrow as pa
+
+    if spans.count(None) == n:
+        trace_col = span_col = pa.nulls(n, pa.string())
+    else:
+        trace_col = pa.array([None if t is None else f"{t[0]:032x}" for t in spans], pa.string())
+        span_col = pa.array([None if t is None else f"{t[1]:016x}" for t in spans], pa.string())
+    return [
+        pa.array(ts, pa.int64()),
+        pa.array(mono, pa.int64()),
+        pa.repeat(pa.scalar(info.run_id, pa.string()), n),
+        pa.repeat(pa.scalar(info.process, pa.string()), n),
+        pa.repeat(pa.scalar(info.component, pa.string()), n),
+        pa.repeat(pa.scalar(info.rank, pa.int32()), n),
+        pa.nulls(n, pa.int64()) if steps.count(None) == n else pa.array(steps, pa.int64()),
+        pa.nulls(n, pa.int64()) if versions.count(None) == n else pa.array(versions, pa.int64()),
+        trace_col,
+        span_col,
+    ]
+
+
+@dataclass(slots=True)
+class FastGroup:
+    """Events from one ``Recorder.emitter(kind, names)``: columns of a flat row buffer.
+
+    ``cols`` holds 5 envelope columns (ts_ns, mono_ns, step, policy_version, span_ctx) followed by one
+    column per name, each a plain list of ``n`` values.
+    """
+
+    kind: str
+    names: tuple[str, ...]
+    cols: list[list[Any]]
+    n: int
+
+    def to_raw(self) -> list[RawEvent]:
+        """The same events in the dict form (slow path: validation fallback, row-wise sinks)."""
+        kind, names = self.kind, self.names
+        env = self.cols[:5]
+        vals = self.cols[5:]
+        return [(kind, env[0][i], env[1][i], env[2][i], env[3][i], env[4][i],
+                 {name: col[i] for name, col in zip(names, vals)}) for i in range(self.n)]
+
+    def record_batch(self, info: WriterInfo) -> Any:
+        import pyarrow as pa
+
+        schema = arrow_schema(self.kind)
+        n = self.n
+        c = self.cols
+        arrays = _envelope_arrays(info, n, c[0], c[1], c[2], c[3], c[4])
+        by_name = dict(zip(self.names, c[5:]))
+        for field in list(schema)[len(ENVELOPE_NAMES):]:
+            values = by_name.get(field.name)
+            if values is None or values.count(None) == n:
+                arrays.append(pa.nulls(n, field.type))
+            else:
+                arrays.append(pa.array(values, field.type))
+        return pa.RecordBatch.from_arrays(arrays, schema=schema)
+
+
 class EventBatch:
-    """The events of one flush, grouped by kind. Shared read-only by every sink."""
+    """The events of one flush, grouped by kind. Shared read-only by every sink.
 
-    __slots__ = ("info", "by_kind", "_arrow", "invalid")
+    Events come in two forms: dict events from ``Recorder.emit`` (``by_kind``) and column groups from
+    fast emitters (``fast``). ``record_batches`` gives Arrow, ``rows`` / ``raw`` give per-event views.
+    """
 
-    def __init__(self, info: WriterInfo, by_kind: dict[str, list[RawEvent]]):
+    __slots__ = ("info", "by_kind", "fast", "_arrow")
+
+    def __init__(self, info: WriterInfo, by_kind: dict[str, list[RawEvent]],
+                 fast: dict[str, list[FastGroup]] | None = None):
         self.info = info
         self.by_kind = by_kind
-        self._arrow: dict[str, Any] = {}
-        self.invalid: list[tuple[str, RawEvent, str]] = []
+        self.fast = fast or {}
+        self._arrow: dict[str, list[Any]] = {}
 
-    def set_arrow(self, arrow: dict[str, Any]) -> None:
+    def set_arrow(self, arrow: dict[str, list[Any]]) -> None:
         self._arrow.update(arrow)
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self.by_kind.values())
+        return sum(len(v) for v in self.by_kind.values()) + sum(g.n for gs in self.fast.values() for g in gs)
 
     def kinds(self) -> list[str]:
-        return list(self.by_kind)
+        return list(dict.fromkeys([*self.by_kind, *self.fast]))
 
-    def record_batch(self, kind: str) -> Any:
-        """Arrow batch for ``kind``; invalid events are left out (see ``to_record_batch``)."""
-        rb = self._arrow.get(kind)
-        if rb is None:
-            try:
-                rb = to_record_batch(self.info, kind, self.by_kind[kind])
-            except InvalidEvents as exc:
-                rb = exc.good
-                self.invalid.extend((kind, e, why) for e, why in exc.bad)
-            self._arrow[kind] = rb
-        return rb
+    def count(self, kind: str) -> int:
+        return len(self.by_kind.get(kind, ())) + sum(g.n for g in self.fast.get(kind, ()))
+
+    def record_batches(self, kind: str) -> list[Any]:
+        """Arrow batches for ``kind`` (invalid events were removed by the recorder)."""
+        rbs = self._arrow.get(kind)
+        if rbs is None:
+            rbs = []
+            if self.by_kind.get(kind):
+                try:
+                    rbs.append(to_record_batch(self.info, kind, self.by_kind[kind]))
+                except InvalidEvents as exc:
+                    rbs.append(exc.good)
+            rbs.extend(g.record_batch(self.info) for g in self.fast.get(kind, ()))
+            self._arrow[kind] = rbs
+        return rbs
+
+    def raw(self, kind: str) -> Iterator[RawEvent]:
+        """Each event of ``kind`` in the dict form ``(kind, ts, mono, step, version, span_ctx, fields)``."""
+        yield from self.by_kind.get(kind, ())
+        for g in self.fast.get(kind, ()):
+            yield from g.to_raw()
 
     def rows(self, kind: str) -> Iterator[dict[str, Any]]:
         """Each event of ``kind`` as a dict: envelope fields then the kind's fields."""
         info = self.info
-        for e in self.by_kind.get(kind, ()):
+        for e in self.raw(kind):
             trace_id, span_id = hex_trace(e[5])
             row = {
                 "ts_ns": e[1], "mono_ns": e[2], "run_id": info.run_id, "process": info.process,

@@ -174,11 +174,11 @@ class PrometheusSink:
 
     def write(self, batch: EventBatch) -> None:
         routes = self._routes
-        for kind, events in batch.by_kind.items():
+        for kind in batch.kinds():
             rs = routes.get(kind)
             if not rs:
                 continue
-            for e in events:
+            for e in batch.raw(kind):
                 for r in rs:
                     r.apply(e)
 

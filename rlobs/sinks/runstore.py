@@ -31,7 +31,9 @@ class RunStoreSink:
 
     def write(self, batch: EventBatch) -> None:
         for kind in batch.kinds():
-            self._writer(kind).write(batch.record_batch(kind))
+            writer = self._writer(kind)
+            for rb in batch.record_batches(kind):
+                writer.write(rb)
 
     def flush(self) -> None:
         pass  # every batch is written unbuffered
