@@ -28,7 +28,8 @@ this exact example):
     rlobs.shutdown()                                                             # +
 
 Modules:
-    staleness    VersionTag / tag_dispatch, StalenessProbe (admit, drop, consume), importance_stats, record_queue
+    staleness    VersionTag / tag_dispatch, StalenessProbe (admit, drop, consume), importance_stats,
+                 record_rollout, record_queue
     advantage    AdvantageProbe, advantage_health, grpo_advantages, gather_denominators
     gradnorm     GradNormProbe, SpikeDetector, global_grad_norm, group_grad_norms
     weight_sync  WeightSyncProbe (sync -> dump / staging / transfer / load / cache_reset), StagingBuffer,
@@ -51,7 +52,7 @@ from probes.liveness import Liveness, beat, phase
 from probes.parity import (ParityProbe, ParityStats, chat_template_hash, compare_hashes, config_hashes,
                            logprob_parity, parity_status, sampling_hash, stable_hash, tokenizer_hash)
 from probes.staleness import (BatchStaleness, ISStats, StalenessProbe, VersionTag, importance_stats, record_queue,
-                              staleness_of, tag_dispatch)
+                              record_rollout, staleness_of, tag_dispatch)
 from probes.throughput import ThroughputMeter, ThroughputWindow, predict_staleness
 from probes.weight_sync import (BOUNDARIES, StagingBuffer, SyncSession, WeightSyncProbe, combined_fingerprint,
                                 compare_fingerprints, fingerprints, tensor_fingerprint)
@@ -59,7 +60,7 @@ from probes.weight_sync import (BOUNDARIES, StagingBuffer, SyncSession, WeightSy
 __all__ = [
     # staleness
     "VersionTag", "tag_dispatch", "staleness_of", "StalenessProbe", "BatchStaleness", "ISStats", "importance_stats",
-    "record_queue",
+    "record_queue", "record_rollout",
     # advantage
     "AdvantageProbe", "AdvantageHealth", "advantage_health", "grpo_advantages", "gather_denominators",
     # grad norm

@@ -8,7 +8,9 @@ usable (and cheap to import) in processes without torch.
 from __future__ import annotations
 
 import json
+import logging
 import math
+import time
 from typing import Any, Iterable, Sequence
 
 import numpy as np
@@ -113,3 +115,17 @@ def percentile(sorted_values: Sequence[float], q: float) -> float:
     if not len(sorted_values):
         return math.nan
     return float(np.percentile(np.asarray(sorted_values, dtype=np.float64), q))
+
+
+_log = logging.getLogger("probes")
+_last_warned: dict[Any, float] = {}
+
+
+def warn_limited(key: Any, msg: str, *args: Any, every_s: float = 60.0) -> None:
+    """Log a warning at most once per ``every_s`` per key: the hot path reports bad input, never raises."""
+    now = time.monotonic()
+    last = _last_warned.get(key)
+    if last is not None and now - last < every_s:
+        return
+    _last_warned[key] = now
+    _log.warning(msg, *args)

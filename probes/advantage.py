@@ -27,7 +27,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from probes._common import Recorderish, dumps, is_tensor, recorder_or_global, to_numpy
+from probes._common import Recorderish, dumps, is_tensor, recorder_or_global, to_numpy, warn_limited
 
 DEFAULT_EPS = 1e-6
 DEFAULT_NEAR_ZERO = 1e-3
@@ -218,8 +218,12 @@ class AdvantageProbe:
                 step: int | None = None) -> AdvantageHealth:
         """Measure and emit. ``token_denominator``: the global token count this rank divides its loss by
         (when given and ``gather``, every rank's value is all-gathered: call on all ranks)."""
-        h = advantage_health(rewards, advantages=advantages, denominators=denominators, eps=self.eps,
-                             ddof=self.ddof, near_zero_threshold=self.near_zero_threshold)
+        try:
+            h = advantage_health(rewards, advantages=advantages, denominators=denominators, eps=self.eps,
+                                 ddof=self.ddof, near_zero_threshold=self.near_zero_threshold)
+        except Exception as exc:  # bad input is reported, never raised into training
+            warn_limited("advantage", "advantage probe: batch not measured: %s: %s", type(exc).__name__, exc)
+            h = AdvantageHealth(0, 0, 0, float(self.near_zero_threshold), math.nan, math.nan, math.nan, math.nan, 0)
         if token_denominator is not None:
             td = float(token_denominator.item() if hasattr(token_denominator, "item") else token_denominator)
             ranks = tuple(gather_denominators(td, self.process_group)) if gather else (td,)

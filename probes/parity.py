@@ -30,7 +30,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from probes._common import Recorderish, dumps, flatten_tokens, recorder_or_global, split_tokens
+from probes._common import Recorderish, dumps, flatten_tokens, recorder_or_global, split_tokens, warn_limited
 
 HEALTHY_MEAN_ABS_DLOGP = 0.005
 PROBLEM_MEAN_ABS_DLOGP = 0.01
@@ -195,8 +195,13 @@ class ParityProbe:
 
     def observe(self, gen_logprobs: Any, train_logprobs: Any, *, mask: Any = None,
                 sample_ids: Sequence[Any] | None = None, step: int | None = None) -> ParityStats:
-        """Compare one batch's log-probs (ragged list of per-sample arrays, or padded ``(B, T)`` + mask)."""
-        stats = logprob_parity(gen_logprobs, train_logprobs, mask)
+        """Compare one batch's log-probs (ragged list of per-sample arrays, or padded ``(B, T)`` + mask).
+        Bad input (shapes that differ) is logged and yields NaN stats; nothing is emitted then."""
+        try:
+            stats = logprob_parity(gen_logprobs, train_logprobs, mask)
+        except Exception as exc:
+            warn_limited("parity", "parity probe: batch skipped: %s: %s", type(exc).__name__, exc)
+            return ParityStats(0, math.nan, math.nan, math.nan, math.nan, math.nan)
         first = self._pending_sync is not None
         self._pending_sync = None
         self._batches += 1
@@ -216,6 +221,8 @@ class ParityProbe:
             gens = split_tokens(gen_logprobs, mask)
             trains = split_tokens(train_logprobs, mask)
             for sid, gs, ts in list(zip(sample_ids, gens, trains))[: self.max_sample_events]:
+                if gs.shape != ts.shape:
+                    continue
                 d = np.abs(ts - gs)
                 extra = {"step": step} if step is not None else {}
                 rec.emit("parity_sample", sample_id=str(sid), mean_abs_dlogp=float(d.mean()) if d.size else None,

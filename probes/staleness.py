@@ -37,7 +37,7 @@ from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from probes._common import Recorderish, dumps, flatten_tokens, recorder_or_global
+from probes._common import Recorderish, dumps, flatten_tokens, recorder_or_global, warn_limited
 from probes.ledger import SampleLedger
 
 DROP_STALE = "stale"
@@ -210,7 +210,11 @@ class StalenessProbe:
                                      tokens=None if tokens is None else int(tokens[i]))
         imp = None
         if gen_logprobs is not None and train_logprobs is not None:
-            imp = importance_stats(gen_logprobs, train_logprobs, cap=self.is_cap, mask=mask)
+            try:
+                imp = importance_stats(gen_logprobs, train_logprobs, cap=self.is_cap, mask=mask)
+            except Exception as exc:  # bad input is reported, never raised into training
+                warn_limited("staleness.is", "staleness probe: importance stats skipped: %s: %s",
+                             type(exc).__name__, exc)
         n = len(stal)
         result = BatchStaleness(
             samples=n, histogram=dict(Counter(stal)), max_staleness=max(stal) if n else None,
@@ -228,3 +232,20 @@ def record_queue(name: str, depth: int, capacity: int | None = None, oldest_age_
     recorder_or_global(recorder).emit("queue", queue=name, depth=int(depth),
                                       capacity=None if capacity is None else int(capacity),
                                       oldest_age_s=None if oldest_age_s is None else float(oldest_age_s))
+
+
+def record_rollout(sample_id: str, tag: VersionTag, *, group_id: str | None = None, prompt_id: str | None = None,
+                   prompt_tokens: int | None = None, completion_tokens: int | None = None,
+                   finish_reason: str | None = None, gen_seconds: float | None = None,
+                   logprobs: Sequence[float] | None = None, ledger: SampleLedger | None = None,
+                   recorder: Recorderish | None = None) -> None:
+    """Generator side: one ``rollout`` event carrying the dispatch tag, plus the ledger ``generated``
+    transition (through ``ledger`` when given, for exactly-once checks)."""
+    recorder_or_global(recorder).emit(
+        "rollout", sample_id=str(sample_id), group_id=group_id, prompt_id=prompt_id,
+        prompt_tokens=None if prompt_tokens is None else int(prompt_tokens),
+        completion_tokens=None if completion_tokens is None else int(completion_tokens),
+        finish_reason=finish_reason, gen_seconds=None if gen_seconds is None else float(gen_seconds),
+        logprobs=None if logprobs is None else [float(x) for x in logprobs], **tag.rollout_fields())
+    led = ledger if ledger is not None else SampleLedger(recorder)
+    led.generated(str(sample_id), group_id=group_id, tokens=completion_tokens)

@@ -126,7 +126,11 @@ def test_parity_probe_first_after_sync_hashes_and_samples(live):
     p.set_hashes(trainer=gh)
     p.observe(gen, close)
     assert live.events("parity")[-1]["hashes_match"] is True
-    live.assert_no_drops()
+    rec = live.close_and_open()
+    assert rows(rec, "select step, first_after_sync, hashes_match, tokens from parity order by mono_ns") == [
+        (1, False, False, 3), (2, True, False, 3), (3, False, False, 3), (None, False, True, 3)]
+    assert rows(rec, "select sample_id, len(train_logprobs) from parity_sample order by sample_id") == [
+        ("a", 2), ("b", 1)]
 
 
 # ---- goodput ------------------------------------------------------------------------------------
