@@ -200,3 +200,18 @@ def test_promtool_check_metrics_is_clean_on_a_real_scrape(live):
         out = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=30)
         assert out.returncode == 0 and not out.stdout.strip() and not out.stderr.strip(), \
             (url, out.stdout.decode(), out.stderr.decode())
+
+
+def test_every_runbook_promql_runs_and_names_only_catalogue_metrics(live):
+    from .conftest import RUNBOOKS
+    from .runbook_text import promql_exprs, runbook_pages
+
+    prom, _ = live
+    known = all_exposed_names() | s.BUILTIN_SERIES
+    ran = 0
+    for rid, text in runbook_pages(RUNBOOKS).items():
+        for expr in promql_exprs(text):
+            assert s.metric_names(expr) <= known, f"{rid}: {expr}"
+            prom.query(expr)  # raises PrometheusError on a parse or evaluation error
+            ran += 1
+    assert ran >= 30
