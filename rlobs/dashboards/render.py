@@ -55,7 +55,9 @@ def _panel(p: Panel, panel_id: int, ds: Any) -> Any:
             builder = builder.stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL))
     elif p.kind == "heatmap":
         builder = builder.calculate(False)
-    elif p.kind == "stat":
+    if p.kind in ("stat", "bargauge"):
+        builder = builder.reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+    if p.kind == "stat":
         builder = builder.color_mode(cm.BigValueColorMode.BACKGROUND)
     return builder
 

@@ -35,7 +35,7 @@ from typing import Any
 
 import rlobs
 from rlobs.catalogue import METRICS, MetricSpec
-from rlobs.schema import KINDS, all_fields
+from rlobs.schema import KINDS
 
 BOUNDARIES = ("dump", "staging", "transfer", "load", "cache_reset")
 INVALID_EVENTS_PER_STEP = 2
