@@ -104,44 +104,62 @@ class StagingRead:
 
     @property
     def torn(self) -> bool:
-        return self.seq_before != self.seq_after
+        return self.seq_before != self.seq_after or self.seq_before % 2 == 1
 
 
-@dataclass
+_CHUNK = 1 << 18
+
+
 class StagingBuffer:
-    """Stage 2: the CPU staging buffer; writers bump ``seq`` twice (odd while writing)."""
+    """Stage 2: a preallocated CPU staging buffer; writers bump ``seq`` before and after copying in
+    (odd while a write is in progress), copies go chunk by chunk, like a pinned-memory staging area.
+    A reader that sees ``seq`` change (or odd) during its copy got a torn read."""
 
-    _lock: threading.Lock = field(default_factory=threading.Lock)
-    seq: int = 0
-    _dump: Dump | None = None
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.seq = 0
+        self._buf = bytearray()
+        self._size = 0
+        self._meta: Dump | None = None
 
     def write(self, dump: Dump) -> tuple[float, float]:
-        """Store a dump; returns (lock_wait_s, lock_hold_s)."""
+        """Copy a dump in; returns (lock_wait_s, lock_hold_s)."""
         t0 = time.perf_counter()
         with self._lock:
             t1 = time.perf_counter()
             self.seq += 1
-            self._dump = Dump(dump.version, bytes(dump.payload), dict(dump.fingerprints), list(dump.names),
-                              dump.seconds, dict(dump.shapes))
+            n = len(dump.payload)
+            if len(self._buf) < n:
+                self._buf = bytearray(n)
+            src, dst = memoryview(dump.payload), memoryview(self._buf)
+            for i in range(0, n, _CHUNK):
+                dst[i:i + _CHUNK] = src[i:i + _CHUNK]
+            self._size = n
+            self._meta = Dump(dump.version, b"", dict(dump.fingerprints), list(dump.names), dump.seconds,
+                              dict(dump.shapes))
             self.seq += 1
             return t1 - t0, time.perf_counter() - t1
 
     def read(self, locked: bool = True) -> StagingRead:
-        """Copy the staged dump out; ``locked=False`` reads without the lock (torn reads possible)."""
+        """Copy the staged dump out; ``locked=False`` skips the lock (torn reads become possible)."""
         t0 = time.perf_counter()
         if locked:
             self._lock.acquire()
         t1 = time.perf_counter()
         try:
             before = self.seq
-            if self._dump is None:
+            if self._meta is None:
                 raise RuntimeError("staging buffer is empty")
-            d = self._dump
-            copy = Dump(d.version, bytes(d.payload), dict(d.fingerprints), list(d.names), d.seconds, dict(d.shapes))
+            m, n = self._meta, self._size
+            out = bytearray(n)
+            src, dst = memoryview(self._buf), memoryview(out)
+            for i in range(0, n, _CHUNK):
+                dst[i:i + _CHUNK] = src[i:i + _CHUNK]
             after = self.seq
         finally:
             if locked:
                 self._lock.release()
+        copy = Dump(m.version, bytes(out), dict(m.fingerprints), list(m.names), m.seconds, dict(m.shapes))
         return StagingRead(copy, before, after, t1 - t0, time.perf_counter() - t1)
 
 

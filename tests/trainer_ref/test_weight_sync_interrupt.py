@@ -1,0 +1,94 @@
+"""Weight sync on the real engine (fingerprints, tampering caught) and interruptible generation."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+
+def _long_groups(tag: str, n: int = 6) -> list[dict]:
+    # long chain prompts: each completion is tens of tokens (the model writes running sums)
+    prompt = "+".join(["7"] * 20) + "="
+    return [{"group_id": f"{tag}{i}", "prompt_idx": i, "prompt": prompt, "answer": 140, "n": 4, "seed": 1000 + i}
+            for i in range(n)]
+
+
+def _sync_meta(actors):
+    import ray
+
+    return ray.get(actors["trainer"].sync_out.remote())
+
+
+def _wait_running(gen, timeout=60.0):
+    import ray
+
+    t = time.time()
+    while time.time() - t < timeout:
+        st = ray.get(gen.stats.remote())
+        if st["running"] > 0 and st["tokens"] > 0:
+            return st
+        time.sleep(0.02)
+    raise AssertionError("generation never started")
+
+
+@pytest.mark.parametrize("interrupt", ["resume", "abort"])
+def test_interrupt_on_weight_update(stack, interrupt):
+    import ray
+
+    actors, model_dir, _ = stack
+    gen = actors["generator"]
+    ray.get(actors["trainer"].reset.remote(model_dir))
+    base = ray.get(gen.stats.remote())["version"]
+    meta = _sync_meta(actors)
+    groups = _long_groups(f"int-{interrupt}-")
+    ray.get(gen.submit.remote(groups))
+    _wait_running(gen)
+    rep = ray.get(gen.update_weights.remote(meta["ref"], base + 1, meta["fingerprints"], meta["shapes"], interrupt))
+    assert rep["aborted"] > 0 and rep["mismatched"] == [] and rep["reset_confirmed"] is True
+    done = []
+    t = time.time()
+    while len(done) < len(groups) and time.time() - t < 120:
+        done += [g for g in ray.get(gen.poll.remote(0, 1.0)) if g["group_id"].startswith(f"int-{interrupt}-")]
+    samples = [s for g in done for s in g["samples"]]
+    assert len(samples) == 24
+    interrupted = [s for s in samples if s["interrupts"] > 0]
+    assert len(interrupted) == rep["aborted"]
+    for s in samples:
+        assert s["dispatch_version"] == base  # tagged at dispatch, never at completion
+        assert len(s["logprobs"]) == len(s["completion_ids"])
+    if interrupt == "resume":
+        assert rep["resumed"] == rep["aborted"]
+        mixed = [s for s in interrupted if s["min_token_version"] == base and s["max_token_version"] == base + 1]
+        assert mixed, "a resumed completion carries tokens of both versions"
+        assert all(s["aborted_tokens"] == 0 for s in samples)
+    else:
+        assert rep["regenerated"] == rep["aborted"]
+        assert all(s["min_token_version"] == base + 1 for s in interrupted)  # regenerated from scratch
+        assert sum(s["aborted_tokens"] for s in interrupted) > 0
+    untouched = [s for s in samples if s["interrupts"] == 0]
+    assert all(s["max_token_version"] == base for s in untouched if s["min_token_version"] == base) or not untouched
+
+
+def test_tampered_payload_is_caught_by_engine_fingerprints(stack):
+    import ray
+    from safetensors.torch import load, save
+
+    from trainer_ref.weight_sync import receive
+
+    actors, model_dir, _ = stack
+    gen = actors["generator"]
+    ray.get(actors["trainer"].reset.remote(model_dir))
+    meta = _sync_meta(actors)
+    state = load(receive(meta["ref"][0])[0])
+    state["model.layers.1.mlp.down_proj.weight"][0, 0] += 1.0
+    bad_ref = ray.put(save(state))
+    v = ray.get(gen.stats.remote())["version"]
+    rep = ray.get(gen.update_weights.remote([bad_ref], v + 1, meta["fingerprints"], meta["shapes"], "abort"))
+    assert rep["mismatched"] == ["model.layers.1.mlp.down_proj.weight"]
+    rep = ray.get(gen.update_weights.remote(meta["ref"], v + 2, meta["fingerprints"], meta["shapes"], "abort"))
+    assert rep["mismatched"] == [] and rep["tensors_present"] == len(state)
+    fps = ray.get(gen.engine_fingerprints.remote(meta["shapes"]))
+    assert fps == meta["fingerprints"]
