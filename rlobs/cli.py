@@ -2,6 +2,7 @@
 
     rlobs info RUN            kinds and counts, time span, processes, schema version, truncation
     rlobs info RUN --json     the same as JSON
+    rlobs doctor RUN          ranked findings (exit 0 healthy / 1 warnings / 2 critical); --list-rules, --json
 
 Other commands (doctor, dashboards, observe, replay, import) register here as their issues land.
 Heavy imports happen inside each command so ``rlobs --help`` stays fast.
@@ -85,6 +86,88 @@ def info(run: Path = typer.Argument(..., help="run directory"),
                           "everything before it was read[/]")
     else:
         console.print("[green]all segments read in full[/]")
+
+
+# --- doctor (rlobs.doctor; imported lazily) ---
+@app.command()
+def doctor(run: Path = typer.Argument(None, help="run directory"),
+           as_json: bool = typer.Option(False, "--json", help="print the report as JSON"),
+           markdown: bool = typer.Option(False, "--markdown", help="print the report as Markdown"),
+           list_rules: bool = typer.Option(False, "--list-rules", help="list the rules and their thresholds"),
+           rule: list[str] = typer.Option(None, "--rule", help="run only this rule (repeatable)"),
+           since_step: int = typer.Option(None, "--since-step", help="only judge steps >= this"),
+           threshold: list[str] = typer.Option(None, "--threshold", help="override: RULE.NAME=VALUE (repeatable)"),
+           follow: bool = typer.Option(False, "--follow", help="re-evaluate a run that is still being written"),
+           interval: float = typer.Option(5.0, "--interval", help="seconds between --follow evaluations"),
+           max_iterations: int = typer.Option(0, "--max-iterations", help="stop --follow after N evaluations (0: until the run ends)"),
+           verbose: bool = typer.Option(False, "--verbose", "-v", help="also list rules with insufficient data")) -> None:
+    """Diagnose a run: ranked findings with evidence, root cause and runbook. Exit 0 healthy, 1 warnings, 2 critical."""
+    from rlobs.doctor import diagnose, parse_thresholds, registry
+    from rlobs.doctor.render import print_report, rules_table, to_json, to_markdown
+
+    rules = registry()
+    if list_rules:
+        if as_json:
+            sys.stdout.write(json.dumps({r.id: {"concern": r.concern, "title": r.title, "needs": list(r.needs),
+                                                "thresholds": dict(r.thresholds), "runbook": r.runbook, "doc": r.doc}
+                                         for r in rules.values()}, indent=2) + "\n")
+        else:
+            console.print(rules_table(rules))
+        return
+    if run is None:
+        err_console.print("[bold red]error:[/] give a run directory (or --list-rules)")
+        raise typer.Exit(2)
+    try:
+        overrides = parse_thresholds(threshold or [], rules)
+        unknown = [r for r in (rule or []) if r not in rules]
+        if unknown:
+            raise ValueError(f"unknown rule(s) {unknown}; valid: {', '.join(rules)}")
+    except ValueError as exc:
+        err_console.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+
+    def evaluate() -> Any:
+        record = _open(run)
+        try:
+            quiet = as_json or markdown or not err_console.is_terminal
+            if quiet:
+                return diagnose(record, rule_ids=rule or None, since_step=since_step, thresholds=overrides), record
+            from rich.progress import Progress
+
+            with Progress(transient=True, console=err_console) as progress:
+                task = progress.add_task("diagnosing", total=len(rule or rules))
+                report = diagnose(record, rule_ids=rule or None, since_step=since_step, thresholds=overrides,
+                                  on_rule=lambda rid: progress.update(task, advance=1, description=rid))
+            return report, record
+        finally:
+            record.close()
+
+    def emit(report: Any) -> None:
+        if as_json:
+            sys.stdout.write(to_json(report) + "\n")
+        elif markdown:
+            sys.stdout.write(to_markdown(report) + "\n")
+        else:
+            print_report(report, console, verbose=verbose)
+
+    report, record = evaluate()
+    emit(report)
+    if follow:
+        import time as _time
+
+        seen = json.dumps([f.to_dict() for f in report.findings], sort_keys=True, default=str)
+        iterations = 1
+        while not max_iterations or iterations < max_iterations:
+            if all(p.status in ("ended", "lost") for p in record.processes) and record.processes:
+                break
+            _time.sleep(interval)
+            report, record = evaluate()
+            iterations += 1
+            now = json.dumps([f.to_dict() for f in report.findings], sort_keys=True, default=str)
+            if now != seen:
+                emit(report)
+                seen = now
+    raise typer.Exit(report.exit_code)
 
 
 # --- dashboards, alerts and the local Prometheus (rlobs.dashboards; imported lazily) ---

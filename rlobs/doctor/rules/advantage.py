@@ -1,0 +1,119 @@
+"""Advantage-denominator rules: zero-std groups, near-zero std amplifying advantages, rank disagreement."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from rlobs.doctor.context import RunContext, runs_of
+from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
+
+
+def _per_step(ctx: RunContext, expr: str) -> list[tuple[int, float]]:
+    return [(int(s), float(v)) for s, v in ctx.rows(
+        f"SELECT step, {expr} AS v FROM advantage WHERE step IS NOT NULL{ctx.step_filter()} "
+        "GROUP BY step HAVING v IS NOT NULL ORDER BY step")]
+
+
+@rule("advantage-zero-std-groups", concern="advantage", title="Most GRPO groups carry no signal (zero reward std)",
+      needs=("advantage",), thresholds={"ratio": 0.75, "min_steps": 2})
+def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Share of groups whose rewards are all equal >= ``ratio`` for ``min_steps`` consecutive steps: those
+    groups have zero advantage, so their tokens are generated, graded and trained on for nothing."""
+    if not ctx.count("advantage"):
+        return Insufficient("no advantage events")
+    series = _per_step(ctx, "max(zero_std_ratio)")
+    if not series:
+        return Insufficient("advantage events carry no zero_std_ratio")
+    hot = [s for s, v in series if v >= th["ratio"]]
+    runs = runs_of(hot, int(th["min_steps"]))
+    if not runs:
+        return []
+    first, last = runs[0][0], runs[-1][1]
+    worst = max(v for s, v in series if first <= s <= last)
+    return [Finding(
+        rule="advantage-zero-std-groups", severity=Severity.WARNING,
+        title=f"{worst:.0%} of groups had identical rewards (zero std) over steps {first}-{last}",
+        first_step=first, last_step=last,
+        evidence=[Evidence("advantage.zero_std_ratio", round(worst, 4), th["ratio"], (first, last),
+                           f"{sum(b - a + 1 for a, b in runs)} steps at or above the threshold")],
+        root_cause="the task is too easy or too hard for the current policy (all-correct or all-wrong groups), "
+                   "or the grader returns a constant (check grader outcomes and rewards)",
+        confidence=0.7,
+        remediation=["filter prompts by difficulty (drop groups whose pass rate is 0 or 1: dynamic sampling)",
+                     "check the grader: rlobs doctor RUN --rule grader-timeouts",
+                     "raise the group size G or the sampling temperature"],
+    )]
+
+
+@rule("advantage-denominator-collapse", concern="advantage",
+      title="Near-zero group std amplifies advantages (or the denominator is NaN/zero)",
+      needs=("advantage",), thresholds={"max_abs_advantage": 10.0},
+      causes=("grad-norm-spike", "grad-norm-nonfinite", "parity-drift"))
+def denominator_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """max |advantage| > ``max_abs_advantage`` (a normalised advantage of G samples is at most sqrt(G-1)
+    in size unless std+eps is tiny), or any NaN/Inf/zero denominator."""
+    if not ctx.count("advantage"):
+        return Insufficient("no advantage events")
+    rows = ctx.rows("SELECT step, max(max_abs_advantage), sum(coalesce(nonfinite_denominators, 0)), "
+                    "sum(coalesce(near_zero_std_groups, 0)), min(denom_min) FROM advantage "
+                    f"WHERE step IS NOT NULL{ctx.step_filter()} GROUP BY step ORDER BY step")
+    if not rows:
+        return Insufficient("no advantage events with a step")
+    bad = [(int(s), a, n, nz, d) for s, a, n, nz, d in rows
+           if (a is not None and (a != a or a > th["max_abs_advantage"])) or (n or 0) > 0]
+    if not bad:
+        return []
+    first, last = bad[0][0], bad[-1][0]
+    worst = max((b for b in bad if b[1] is not None), key=lambda b: b[1] if b[1] == b[1] else float("inf"),
+                default=bad[0])
+    ev = [Evidence("advantage.max_abs_advantage", worst[1] if worst[1] is not None else "n/a",
+                   th["max_abs_advantage"], (first, last))]
+    nz = sum(b[3] for b in bad)
+    if nz:
+        ev.append(Evidence("advantage.near_zero_std_groups", nz, 0, (first, last), "groups with 0 < std < threshold"))
+    nonfin = sum(b[2] for b in bad)
+    if nonfin:
+        ev.append(Evidence("advantage.nonfinite_denominators", nonfin, 0, (first, last)))
+    if worst[4] is not None:
+        ev.append(Evidence("advantage.denom_min", worst[4], None, (worst[0], worst[0]), "smallest std + eps"))
+    return [Finding(
+        rule="advantage-denominator-collapse", severity=Severity.CRITICAL,
+        title=f"advantage denominator collapsed at step {first}: max |advantage| {worst[1]:.3g}"
+        if worst[1] is not None else f"non-finite advantage denominators from step {first}",
+        first_step=first, last_step=last, evidence=ev,
+        root_cause="groups whose reward std is just above 0 (rewards almost equal, e.g. 1e-7 noise) divide by "
+                   "std + eps with a tiny eps, multiplying advantages by orders of magnitude",
+        confidence=0.9,
+        remediation=["treat std < threshold as zero (zero advantage) instead of dividing by it",
+                     "raise eps (e.g. 1e-4 -> 1e-2) or normalise by the batch std instead of the group std",
+                     "check the reward function for float noise: round rewards before normalising"],
+    )]
+
+
+@rule("advantage-rank-disagreement", concern="advantage",
+      title="Data-parallel ranks disagree on the loss-normalisation denominator",
+      needs=("advantage",), causes=("grad-norm-spike",))
+def rank_disagreement(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Any step where the probe saw ranks_agree = false: token-level loss normalisation used a different
+    global token count on different ranks, so gradients are scaled inconsistently."""
+    if not ctx.count("advantage"):
+        return Insufficient("no advantage events")
+    known = ctx.scalar(f"SELECT count(ranks_agree) FROM advantage WHERE true{ctx.step_filter()}")
+    if not known:
+        return Insufficient("advantage events carry no ranks_agree (single rank or the probe did not gather)")
+    rows = ctx.rows("SELECT step, any_value(rank_denominators) FROM advantage WHERE ranks_agree = false"
+                    f"{ctx.step_filter()} GROUP BY step ORDER BY step")
+    if not rows:
+        return []
+    first, last = int(rows[0][0]), int(rows[-1][0])
+    return [Finding(
+        rule="advantage-rank-disagreement", severity=Severity.CRITICAL,
+        title=f"ranks used different loss denominators on {len(rows)} step(s) from step {first}",
+        first_step=first, last_step=last,
+        evidence=[Evidence("advantage.rank_denominators", rows[0][1] or "?", "all equal", (first, last))],
+        root_cause="each rank normalised by its local token count (or a stale all-reduce) instead of the "
+                   "global count every rank must agree on",
+        confidence=0.9,
+        remediation=["all-reduce the token count before dividing the loss (sum over ranks, same value everywhere)",
+                     "check gradient accumulation: the denominator must cover every micro-batch of the step"],
+    )]

@@ -1,0 +1,101 @@
+"""Sample-ledger rules: samples consumed twice, and samples lost (never consumed or dropped)."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from rlobs.doctor.context import RunContext
+from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
+
+
+def _step_at(ctx: RunContext, ts_ns: int) -> int | None:
+    s = ctx.scalar(f"SELECT max(step) FROM train_step WHERE ts_ns <= {int(ts_ns)}")
+    return int(s) if s is not None else None
+
+
+@rule("ledger-samples-repeated", concern="ledger", title="Samples consumed more than once",
+      needs=("ledger",))
+def repeated(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """A sample id made the same transition twice (probe flag ``duplicate``) or was consumed twice:
+    the exactly-once guarantee broke (typically a resume that replays consumed samples)."""
+    if not ctx.count("ledger"):
+        return Insufficient("no ledger events")
+    rows = ctx.rows("SELECT sample_id, count(*) n, min(step), max(step) FROM ledger WHERE state = 'consumed' "
+                    "GROUP BY sample_id HAVING n > 1 ORDER BY min(step)")
+    flagged = ctx.scalar("SELECT count(*) FROM ledger WHERE duplicate")
+    if not rows and not flagged:
+        return []
+    steps = [s for r in rows for s in (r[2], r[3]) if s is not None]
+    first = min(steps) if steps else ctx.scalar("SELECT min(step) FROM ledger WHERE duplicate")
+    last = max(steps) if steps else ctx.scalar("SELECT max(step) FROM ledger WHERE duplicate")
+    return [Finding(
+        rule="ledger-samples-repeated", severity=Severity.CRITICAL,
+        title=f"{len(rows)} sample(s) consumed more than once" + (f"; {flagged} duplicate transitions" if flagged else ""),
+        first_step=first, last_step=last,
+        evidence=[Evidence("samples consumed twice", len(rows), 0,
+                           note=("e.g. " + ", ".join(r[0] for r in rows[:3])) if rows else "")],
+        root_cause="a resume replayed samples that were already trained on: the data cursor or the ledger was "
+                   "restored from a checkpoint older than the last consumed batch",
+        confidence=0.85,
+        remediation=["checkpoint the data cursor and the ledger atomically with the weights and optimiser",
+                     "on resume, skip sample ids the ledger marks consumed"],
+    )]
+
+
+@rule("ledger-samples-skipped", concern="ledger", title="Samples lost or prompts skipped",
+      needs=("ledger",), thresholds={"grace_steps": 3})
+def skipped(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Samples generated long before the end (more than ``grace_steps`` steps before the last step) that
+    were never consumed nor dropped, or gaps in the sequence of dispatched prompt indices."""
+    if not ctx.count("ledger"):
+        return Insufficient("no ledger events")
+    last_step = ctx.scalar("SELECT max(step) FROM train_step")
+    findings_ev = []
+    steps = []
+    if last_step is not None:
+        cutoff = int(last_step) - int(th["grace_steps"])
+        rows = ctx.rows(
+            "WITH g AS (SELECT sample_id, min(ts_ns) ts FROM ledger WHERE state = 'generated' GROUP BY sample_id), "
+            "t AS (SELECT DISTINCT sample_id FROM ledger WHERE state IN ('consumed', 'dropped')), "
+            "steps AS (SELECT min(ts_ns) ts_ns, step FROM train_step WHERE step IS NOT NULL GROUP BY step) "
+            "SELECT g.sample_id, s.step FROM g ASOF LEFT JOIN steps s ON g.ts >= s.ts_ns "
+            f"WHERE g.sample_id NOT IN (SELECT sample_id FROM t) AND coalesce(s.step, -1) < {cutoff} ORDER BY s.step")
+        if rows:
+            steps += [int(r[1]) for r in rows if r[1] is not None]
+            findings_ev.append(Evidence("samples generated but never consumed or dropped", len(rows), 0,
+                                        note="e.g. " + ", ".join(str(r[0]) for r in rows[:3])))
+    gaps = _prompt_gaps(ctx)
+    if gaps:
+        findings_ev.append(Evidence("prompt indices never dispatched", len(gaps), 0,
+                                    note="e.g. " + ", ".join(map(str, gaps[:5]))))
+    if not findings_ev:
+        return []
+    resume = ctx.rows("SELECT process, min(step) FROM train_step WHERE component = 'trainer' AND step IS NOT NULL "
+                      "GROUP BY process ORDER BY min(ts_ns)")
+    resume_step = int(resume[1][1]) if len(resume) > 1 and resume[1][1] is not None else None
+    first = min(steps) if steps else resume_step
+    return [Finding(
+        rule="ledger-samples-skipped", severity=Severity.CRITICAL,
+        title="samples were lost: " + "; ".join(f"{e.observed} {e.metric}" for e in findings_ev),
+        first_step=first, last_step=max(steps) if steps else resume_step, evidence=findings_ev,
+        root_cause=("a resume skipped work: the data cursor was restored past prompts never trained on, or "
+                    "in-flight rollouts were discarded without being recorded as dropped")
+        if resume_step is not None else
+        "samples vanished between generation and training (a queue discarded them without a drop record)",
+        confidence=0.8,
+        remediation=["checkpoint the data cursor at the last *consumed* prompt, not the last dispatched one",
+                     "re-queue (or record as dropped) the rollouts in flight at checkpoint time"],
+    )]
+
+
+def _prompt_gaps(ctx: RunContext) -> list[int]:
+    """Missing indices in prompt ids of the form '<prefix><integer>' dispatched by the generator."""
+    if not ctx.count("rollout"):
+        return []
+    rows = ctx.rows("SELECT DISTINCT TRY_CAST(regexp_extract(prompt_id, '(\\d+)$', 1) AS BIGINT) i FROM rollout "
+                    "WHERE prompt_id IS NOT NULL AND prompt_id NOT LIKE 'eval%' ORDER BY i")
+    idx = [int(r[0]) for r in rows if r[0] is not None]
+    if len(idx) < 2:
+        return []
+    present = set(idx)
+    return [i for i in range(idx[0], idx[-1] + 1) if i not in present][:1000]

@@ -1,0 +1,91 @@
+"""Rules about the record itself and liveness: telemetry drops, damaged segments, lost processes, silent components."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from rlobs.doctor.context import RunContext
+from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
+
+
+@rule("telemetry-drops", concern="telemetry", title="Telemetry events were dropped", needs=("telemetry",))
+def drops(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """The recorders reported dropped events (queue full, a failing or slow sink): the evidence for the
+    other rules is incomplete for the affected processes."""
+    rows = ctx.rows("SELECT component, reason, sink, sum(dropped) n, min(step), max(step) FROM telemetry "
+                    "WHERE dropped > 0 GROUP BY ALL ORDER BY n DESC")
+    if not rows:
+        return []
+    total = sum(r[3] for r in rows)
+    run_store_lost = any(r[2] in ("runstore", "recorder") for r in rows)
+    return [Finding(
+        rule="telemetry-drops", severity=Severity.WARNING if run_store_lost else Severity.INFO,
+        title=f"{total:,} telemetry events dropped ({', '.join(f'{r[0]}/{r[1]}@{r[2]}: {r[3]:,}' for r in rows[:3])})",
+        first_step=min((r[4] for r in rows if r[4] is not None), default=None),
+        last_step=max((r[5] for r in rows if r[5] is not None), default=None),
+        evidence=[Evidence(f"telemetry[{r[1]}, sink={r[2]}].dropped", int(r[3]), 0, note=f"component {r[0]}")
+                  for r in rows[:5]],
+        root_cause="a sink could not keep up or failed (disk full or read-only, OTLP endpoint down) or the "
+                   "recorder queue overflowed; training was not blocked, but evidence is missing",
+        confidence=0.9,
+        remediation=["check the disk of the run directory and the OTLP collector",
+                     "raise max_queue in rlobs.init, or emit fewer per-sample events"],
+    )]
+
+
+@rule("record-damaged", concern="record", title="Part of the record is missing (a process was killed)",
+      needs=("manifest",))
+def damaged(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Processes that never closed their recorder (killed) and segments that could not be read in full."""
+    rec = ctx.record
+    lost = [p for p in rec.processes if p.status == "lost"]
+    broken = [p for p in rec.problems if p.problem in ("truncated", "unreadable", "schema")]
+    if not lost and not broken:
+        return []
+    ev = []
+    for p in lost:
+        last = ctx.rows("SELECT max(ts_ns), max(step) FROM events WHERE process = ?", [p.process])
+        ev.append(Evidence(f"process {p.process}", "killed", "clean close",
+                           note=f"{p.component} rank {p.rank}; last step recorded {last[0][1] if last else '?'}"))
+    for b in broken[:10]:
+        ev.append(Evidence(f"segment {b.path.rsplit('/', 1)[-1]}", b.problem, "complete",
+                           note=f"{b.rows_read} rows read; {b.detail[:100]}"))
+    return [Finding(
+        rule="record-damaged", severity=Severity.WARNING if broken else Severity.INFO,
+        title=f"{len(lost)} process(es) ended without closing their recorder; {len(broken)} damaged segment(s)",
+        first_step=None, last_step=None, evidence=ev,
+        root_cause="a process was killed (OOM, SIGKILL, node loss) or files were damaged: every complete batch "
+                   "before the damage was read; at most the last flush interval per killed process is missing",
+        confidence=1.0,
+        remediation=["look for the kill reason in the process logs (dmesg for the OOM killer)",
+                     "rlobs info RUN lists every segment that could not be read in full"],
+    )]
+
+
+@rule("heartbeat-lost", concern="liveness", title="A component stopped sending heartbeats",
+      needs=("heartbeat",), thresholds={"silence_s": 60.0})
+def heartbeat_lost(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """A component's last heartbeat is more than ``silence_s`` older than the newest event of the run:
+    it hung (or died) while the others went on. The last phase it named is where it is stuck."""
+    if not ctx.count("heartbeat"):
+        return Insufficient("no heartbeat events")
+    end = ctx.scalar("SELECT max(ts_ns) FROM events")
+    rows = ctx.rows("SELECT process, component, max(ts_ns) last, arg_max(phase, ts_ns) FROM heartbeat GROUP BY ALL")
+    ended = {p.process for p in ctx.record.processes if p.status == "ended"}
+    out = []
+    for proc, comp, last, phase in rows:
+        silence = (end - last) / 1e9
+        if silence > th["silence_s"] and proc not in ended:
+            out.append(Finding(
+                rule="heartbeat-lost", severity=Severity.CRITICAL,
+                title=f"{comp} ({proc}) silent for {silence:.0f} s, last seen in phase {phase!r}",
+                first_step=None, last_step=None,
+                evidence=[Evidence(f"heartbeat[{comp}] silence", round(silence, 1), th["silence_s"],
+                                   note=f"last phase {phase}")],
+                root_cause=f"{comp} is stuck in {phase!r} (a hung grader, a deadlocked collective, a blocked "
+                           "queue) or died without closing its recorder",
+                confidence=0.7,
+                remediation=[f"py-spy dump --pid <pid of {comp}> to see where it is stuck",
+                             "rlobs doctor RUN --rule grader-hung"],
+            ))
+    return out

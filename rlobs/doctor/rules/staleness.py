@@ -1,0 +1,103 @@
+"""Staleness rules: consumed samples beyond the bound, and staleness jumps after a resume."""
+
+from __future__ import annotations
+
+from typing import Mapping
+
+from rlobs.doctor.context import RunContext
+from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
+
+
+def max_staleness_per_step(ctx: RunContext) -> list[tuple[int, int]]:
+    if ctx.count("staleness"):
+        rows = ctx.rows("SELECT step, max(max_staleness) v FROM staleness WHERE step IS NOT NULL"
+                        f"{ctx.step_filter()} GROUP BY step HAVING v IS NOT NULL ORDER BY step")
+        if rows:
+            return [(int(s), int(v)) for s, v in rows]
+    rows = ctx.rows("SELECT step, max(staleness) v FROM ledger WHERE state = 'consumed' AND step IS NOT NULL"
+                    f"{ctx.step_filter()} GROUP BY step HAVING v IS NOT NULL ORDER BY step")
+    return [(int(s), int(v)) for s, v in rows]
+
+
+def configured_bound(ctx: RunContext) -> int | None:
+    bound = ctx.cfg("max_staleness", "staleness.max_staleness", "trainer.max_staleness")
+    if bound is None or not isinstance(bound, (int, float)) or bound < 0:
+        return None
+    return int(bound)
+
+
+@rule("staleness-over-bound", concern="staleness", title="Consumed samples staler than the bound",
+      needs=("staleness", "ledger"), thresholds={"warn_versions": 4}, causes=("parity-drift", "grad-norm-spike"))
+def over_bound(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Critical when a consumed sample is staler than the configured ``max_staleness`` (the defence is
+    bypassed); warning when staleness exceeds ``warn_versions`` and no tighter bound is configured."""
+    series = max_staleness_per_step(ctx)
+    if not series:
+        return Insufficient("no consumed-sample staleness (staleness events or ledger consumed transitions)")
+    bound = configured_bound(ctx)
+    if bound is not None and bound <= th["warn_versions"]:
+        limit, sev = bound, Severity.CRITICAL
+    else:
+        limit, sev = int(th["warn_versions"]), Severity.WARNING
+    bad = [(s, v) for s, v in series if v > limit]
+    if not bad:
+        return []
+    first, last = bad[0][0], bad[-1][0]
+    worst = max(v for _, v in bad)
+    if bound is None:
+        cause = "no staleness bound is configured: the generator runs ahead of the trainer unchecked"
+    elif bound > limit:
+        cause = f"the configured bound ({bound}) is too loose for this workload: the generator runs ahead"
+    else:
+        cause = ("samples older than the configured bound were consumed: the check is bypassed or applied to "
+                 "the wrong version (stamped at completion instead of dispatch)")
+    return [Finding(
+        rule="staleness-over-bound", severity=sev,
+        title=f"staleness reached {worst} versions (limit {limit}) from step {first}",
+        first_step=first, last_step=last,
+        evidence=[Evidence("max staleness", worst, limit, (first, last), f"{len(bad)} steps over the limit"),
+                  Evidence("configured max_staleness", "unset" if bound is None else bound)],
+        root_cause=cause, confidence=0.8,
+        remediation=["set max_staleness (drop older samples at consumption) and a rollout TTL",
+                     "bound the rollout queue so the generator blocks instead of running ahead",
+                     "apply truncated importance sampling to what remains off-policy"],
+    )]
+
+
+@rule("staleness-jump-after-resume", concern="staleness", title="Staleness jumps right after a resume",
+      needs=("staleness", "manifest"), thresholds={"jump_versions": 2, "window": 3})
+def jump_after_resume(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """After each trainer restart (a later trainer process), compare max staleness in the ``window`` steps
+    after the resume with the steps before it: a rise of ``jump_versions`` or more is a finding."""
+    series = dict(max_staleness_per_step(ctx))
+    if not series:
+        return Insufficient("no consumed-sample staleness")
+    starts = ctx.rows("SELECT process, min(step) FROM train_step WHERE component = 'trainer' AND step IS NOT NULL "
+                      "GROUP BY process ORDER BY min(ts_ns)")
+    if len(starts) < 2:
+        return []  # no resume in this record: nothing to check
+    out = []
+    w = int(th["window"])
+    for _proc, resume_step in starts[1:]:
+        if resume_step is None:
+            continue
+        before = [v for s, v in series.items() if resume_step - 2 * w <= s < resume_step]
+        after = [(s, v) for s, v in series.items() if resume_step <= s < resume_step + w]
+        if not after:
+            continue
+        base = max(before) if before else 0
+        peak_step, peak = max(after, key=lambda sv: sv[1])
+        if peak - base >= th["jump_versions"]:
+            out.append(Finding(
+                rule="staleness-jump-after-resume", severity=Severity.WARNING,
+                title=f"staleness jumped from {base} to {peak} versions right after the resume at step {resume_step}",
+                first_step=int(resume_step), last_step=int(peak_step),
+                evidence=[Evidence("max staleness after resume", peak, base + th["jump_versions"],
+                                   (int(resume_step), int(peak_step)), f"before resume: {base}")],
+                root_cause="rollouts generated before the crash (old versions) were replayed into the restored "
+                           "trainer, or the restored policy version does not match the generator's",
+                confidence=0.7,
+                remediation=["drop or re-version queued rollouts on resume (apply max_staleness to them)",
+                             "checkpoint the policy version with the weights and push it to the generator first"],
+            ))
+    return out

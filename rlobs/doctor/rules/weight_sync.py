@@ -1,0 +1,206 @@
+"""Weight-sync rules, walking the five boundaries in order: dump, staging, transfer, load, cache reset."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Mapping
+
+from rlobs.doctor.context import RunContext, json_list
+from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
+
+
+def _needs_sync(ctx: RunContext) -> Insufficient | None:
+    return None if ctx.count("weight_sync") else Insufficient("no weight_sync events (no sync recorded)")
+
+
+def _versions(rows: list[tuple]) -> tuple[int, int]:
+    vs = [int(r[0]) for r in rows if r[0] is not None]
+    return (min(vs), max(vs)) if vs else (0, 0)
+
+
+def _step_of_version(ctx: RunContext, version: int) -> int | None:
+    """The first step that trained with ``version`` (steps are stamped on sync events when available)."""
+    s = ctx.scalar(f"SELECT min(step) FROM weight_sync WHERE version = {int(version)} AND step IS NOT NULL")
+    return int(s) if s is not None else None
+
+
+def _span(ctx: RunContext, rows: list[tuple]) -> tuple[int | None, int | None]:
+    first_v, last_v = _versions(rows)
+    return _step_of_version(ctx, first_v), _step_of_version(ctx, last_v)
+
+
+SYNC_SYMPTOMS = ("parity-drift", "grad-norm-spike", "staleness-over-bound", "trainer-starved")
+
+
+@rule("weight-sync-incomplete-dump", concern="weight_sync", title="Trainer-side dump is missing tensors",
+      needs=("weight_sync",), causes=("weight-sync-fingerprint-mismatch", "parity-drift"))
+def incomplete_dump(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Boundary 1: the dump had fewer tensors than expected (or listed missing ones)."""
+    if (miss := _needs_sync(ctx)) is not None:
+        return miss
+    rows = ctx.rows("SELECT version, tensors_expected, tensors_present, missing_tensors FROM weight_sync "
+                    "WHERE boundary = 'dump' AND (tensors_present < tensors_expected OR "
+                    f"(missing_tensors IS NOT NULL AND missing_tensors NOT IN ('', '[]'))){ctx.step_filter()} "
+                    "ORDER BY version")
+    if not rows:
+        return []
+    first, last = _span(ctx, rows)
+    names = json_list(rows[0][3])
+    return [Finding(
+        rule="weight-sync-incomplete-dump", severity=Severity.CRITICAL,
+        title=f"weight dump incomplete for {len(rows)} version(s), first v{rows[0][0]}: "
+              f"{rows[0][2]} of {rows[0][1]} tensors",
+        first_step=first, last_step=last,
+        evidence=[Evidence("weight_sync[dump].tensors_present", rows[0][2], rows[0][1],
+                           note=f"missing: {', '.join(map(str, names[:5]))}" if names else "")],
+        root_cause="the trainer-side state-dict export skipped tensors (tied or sharded parameters, a name "
+                   "filter, or an FSDP/TP gather that did not complete): the engine keeps serving stale weights",
+        confidence=0.9,
+        remediation=["compare the dump's tensor names with the engine's parameter names (tied embeddings!)",
+                     "gather full tensors from every shard before dumping"],
+    )]
+
+
+@rule("weight-sync-torn-read", concern="weight_sync", title="Torn read of the CPU staging buffer",
+      needs=("weight_sync",), causes=("weight-sync-fingerprint-mismatch", "parity-drift"))
+def torn_read(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Boundary 2: the staging buffer's sequence number changed during a read (writer raced the reader)."""
+    if (miss := _needs_sync(ctx)) is not None:
+        return miss
+    rows = ctx.rows("SELECT version, seq_before, seq_after, lock_wait_s FROM weight_sync WHERE boundary = 'staging' "
+                    f"AND (torn OR outcome = 'torn'){ctx.step_filter()} ORDER BY version")
+    if not rows:
+        return []
+    first, last = _span(ctx, rows)
+    return [Finding(
+        rule="weight-sync-torn-read", severity=Severity.CRITICAL,
+        title=f"staging buffer read torn for {len(rows)} version(s), first v{rows[0][0]}",
+        first_step=first, last_step=last,
+        evidence=[Evidence("weight_sync[staging].seq_before/after", f"{rows[0][1]} -> {rows[0][2]}", "equal, even")],
+        root_cause="the trainer wrote the next version into the staging buffer while the generator was reading "
+                   "it: the lock is not held across the whole read, or a second writer bypasses it",
+        confidence=0.9,
+        remediation=["hold the staging lock for the whole copy (or double-buffer with a version swap)",
+                     "verify with the sequence number before and after the read and retry on mismatch"],
+    )]
+
+
+@rule("weight-sync-slow", concern="weight_sync", title="Weight transfer slower than its baseline",
+      needs=("weight_sync",), thresholds={"ratio": 3.0, "min_seconds": 0.05, "baseline_syncs": 3},
+      causes=("staleness-over-bound", "trainer-starved"))
+def slow(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Boundary 3: transfer duration > ``ratio`` x the median of the first ``baseline_syncs`` transfers
+    (and above ``min_seconds``)."""
+    if (miss := _needs_sync(ctx)) is not None:
+        return miss
+    rows = ctx.rows("SELECT version, duration_s, bandwidth_bps, bytes FROM weight_sync WHERE boundary = 'transfer' "
+                    f"AND duration_s IS NOT NULL{ctx.step_filter()} ORDER BY version")
+    n_base = int(th["baseline_syncs"])
+    if len(rows) <= n_base:
+        return Insufficient(f"{len(rows)} transfers recorded; a baseline needs more than {n_base}")
+    base = statistics.median(r[1] for r in rows[:n_base])
+    limit = max(th["ratio"] * base, th["min_seconds"])
+    bad = [r for r in rows[n_base:] if r[1] > limit]
+    if not bad:
+        return []
+    first, last = _span(ctx, bad)
+    worst = max(bad, key=lambda r: r[1])
+    ev = [Evidence("weight_sync[transfer].duration_s", round(worst[1], 4), round(limit, 4),
+                   note=f"baseline median {base:.4f} s over the first {n_base} syncs")]
+    if worst[2]:
+        ev.append(Evidence("weight_sync[transfer].bandwidth_bps", round(worst[2]), None))
+    return [Finding(
+        rule="weight-sync-slow", severity=Severity.WARNING,
+        title=f"weight transfer took {worst[1]:.3g} s at v{worst[0]} ({worst[1] / max(base, 1e-9):.0f}x baseline); "
+              f"{len(bad)} slow sync(s)",
+        first_step=first, last_step=last, evidence=ev,
+        root_cause="the transfer path degraded: object-store spilling, a congested or fallback network path, "
+                   "or a retrying transport",
+        confidence=0.7,
+        remediation=["check transfer retries and the object store's spill stats (ray memory)",
+                     "overlap the transfer with generation (async sync) or send only changed shards"],
+    )]
+
+
+@rule("weight-sync-fingerprint-mismatch", concern="weight_sync",
+      title="Weights loaded by the engine differ from the trainer's dump",
+      needs=("weight_sync",), causes=("parity-drift", "grad-norm-spike"))
+def fingerprint_mismatch(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Boundary 4: per-tensor fingerprints after load differ from those at dump."""
+    if (miss := _needs_sync(ctx)) is not None:
+        return miss
+    rows = ctx.rows("SELECT version, mismatched_tensors, tensors_expected, tensors_present FROM weight_sync "
+                    f"WHERE boundary = 'load' AND (fingerprint_match = false OR outcome = 'mismatch')"
+                    f"{ctx.step_filter()} ORDER BY version")
+    if not rows:
+        return []
+    first, last = _span(ctx, rows)
+    names = json_list(rows[0][1])
+    return [Finding(
+        rule="weight-sync-fingerprint-mismatch", severity=Severity.CRITICAL,
+        title=f"engine weights differ from the trainer's after load for {len(rows)} version(s), first v{rows[0][0]}",
+        first_step=first, last_step=last,
+        evidence=[Evidence("weight_sync[load].fingerprint_match", "false", "true",
+                           note=f"{len(names)} tensors differ, e.g. {', '.join(map(str, names[:4]))}" if names else "")],
+        root_cause="the load applied different bytes than were dumped: dtype/layout conversion, a partial load, "
+                   "or a corrupted transfer; walk the boundaries in order (dump, staging, transfer, load)",
+        confidence=0.85,
+        remediation=["rlobs doctor RUN --rule weight-sync-incomplete-dump --rule weight-sync-torn-read",
+                     "compare the mismatching tensors' dtypes and shapes on both sides",
+                     "fail the sync (keep serving the previous version) when fingerprints differ"],
+    )]
+
+
+@rule("weight-sync-cache-not-reset", concern="weight_sync",
+      title="KV/prefix cache not reset after a weight update",
+      needs=("weight_sync",), causes=("parity-drift",))
+def cache_not_reset(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Boundary 5: a version was loaded but the engine did not confirm a prefix/KV-cache reset."""
+    if (miss := _needs_sync(ctx)) is not None:
+        return miss
+    rows = ctx.rows(
+        "SELECT l.version, c.reset_requested, c.reset_confirmed FROM "
+        "(SELECT DISTINCT version FROM weight_sync WHERE boundary = 'load' AND coalesce(outcome, 'ok') <> 'error') l "
+        "LEFT JOIN (SELECT version, bool_or(coalesce(reset_requested, false)) reset_requested, "
+        "bool_or(coalesce(reset_confirmed, false)) reset_confirmed FROM weight_sync WHERE boundary = 'cache_reset' "
+        f"GROUP BY version) c ON l.version = c.version WHERE coalesce(c.reset_confirmed, false) = false "
+        "ORDER BY l.version")
+    if not rows:
+        return []
+    first, last = _span(ctx, rows)
+    skipped = sum(1 for r in rows if not r[1])
+    return [Finding(
+        rule="weight-sync-cache-not-reset", severity=Severity.CRITICAL,
+        title=f"prefix/KV cache not reset after {len(rows)} weight load(s), first v{rows[0][0]}",
+        first_step=first, last_step=last,
+        evidence=[Evidence("weight_sync[cache_reset].reset_confirmed", "false/absent", "true",
+                           note=f"{skipped} never requested, {len(rows) - skipped} requested but unconfirmed")],
+        root_cause="cached KV blocks computed with the old weights are reused after the update, so the engine "
+                   "serves a mix of versions: expect a parity jump on the first batch after each sync",
+        confidence=0.85,
+        remediation=["call the engine's prefix-cache reset after every load and wait for it to return true",
+                     "abort or re-run in-flight requests that straddle the update"],
+    )]
+
+
+@rule("weight-sync-boundary-failed", concern="weight_sync", title="A weight-sync boundary failed",
+      needs=("weight_sync",), causes=("staleness-over-bound",))
+def boundary_failed(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Any boundary span with outcome 'error'."""
+    if (miss := _needs_sync(ctx)) is not None:
+        return miss
+    rows = ctx.rows("SELECT version, boundary, error FROM weight_sync WHERE outcome = 'error'"
+                    f"{ctx.step_filter()} ORDER BY version")
+    if not rows:
+        return []
+    first, last = _span(ctx, rows)
+    return [Finding(
+        rule="weight-sync-boundary-failed", severity=Severity.CRITICAL,
+        title=f"{len(rows)} weight-sync boundary failure(s), first v{rows[0][0]} at {rows[0][1]}",
+        first_step=first, last_step=last,
+        evidence=[Evidence(f"weight_sync[{rows[0][1]}].outcome", "error", "ok", note=str(rows[0][2] or "")[:160])],
+        root_cause=f"the {rows[0][1]} boundary raised; the generator keeps serving the previous version",
+        confidence=0.8,
+        remediation=["read the error above and the process log of the failing component",
+                     "retry the sync; alert if the policy lag keeps growing"],
+    )]
