@@ -1,13 +1,16 @@
 """Grad norm: pre-clip global norm, non-finite detection, robust online spike detection, attribution.
 
-Call after ``backward()`` and before ``optimizer.step()`` / ``zero_grad()``:
+Call after ``backward()`` and before ``optimizer.step()`` / ``zero_grad()``. Cheapest: pass the
+pre-clip norm ``clip_grad_norm_`` already returns (no second pass over the gradients); per-group norms
+are then computed only at a spike, from the gradients as they are at that moment (after clipping they
+are all scaled by the same factor, so their proportions still attribute the spike):
 
     probe = GradNormProbe(max_norm=1.0)
     r = probe.observe(parameters=model.parameters(), groups=optimizer, sample_ids=ids, group_ids=gids,
                       loss=loss.item(), lr=lr)            # emits one ``train_step`` event
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
 
-or pass ``grad_norm=`` (e.g. the value ``clip_grad_norm_`` returned) instead of ``parameters``.
+or ``probe.observe(grad_norm=torch.nn.utils.clip_grad_norm_(params, 1.0), groups=optimizer, ...)``.
 
 Spike detector (``SpikeDetector``): on log(grad norm), a rolling window of the last ``window`` finite
 values; robust z = (log x - median) / max(1.4826 * MAD, ``min_sigma``). A spike is z > ``threshold``
@@ -41,6 +44,9 @@ def global_grad_norm(parameters: Iterable[Any], norm_type: float = 2.0) -> float
     grads = [p.grad.detach() for p in parameters if getattr(p, "grad", None) is not None]
     if not grads:
         return 0.0
+    total_norm = getattr(torch.nn.utils, "get_total_norm", None)  # torch >= 2.6: foreach kernels
+    if total_norm is not None:
+        return float(total_norm(grads, norm_type))
     norms = torch.stack([torch.linalg.vector_norm(g.float(), norm_type).to(grads[0].device) for g in grads])
     return float(torch.linalg.vector_norm(norms, norm_type).item())
 
