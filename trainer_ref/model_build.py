@@ -35,7 +35,7 @@ class TinySpec:
     layers: int = 2
     heads: int = 4
     vocab: int = 262
-    sft_steps: int = 200
+    sft_steps: int = 400
     sft_batch: int = 64
     sft_lr: float = 4e-3
     sft_chain_prob: float = 0.08
