@@ -449,6 +449,11 @@ class Recorder:
             return
         deadline = time.monotonic() + (self.close_timeout if timeout is None else timeout)
         try:
+            seq = self._drain()
+            # let the sinks take the last batch (bounded), so their failures make it into the final report
+            grace = min(deadline, time.monotonic() + 0.5 * (deadline - time.monotonic()))
+            for w in self._workers:
+                w.wait_done(seq, grace)
             self._maybe_report(force=True)
             self._drain()
         except Exception as exc:

@@ -127,8 +127,9 @@ def test_a_raising_sink_is_counted_and_never_reaches_the_producer():
     rec.flush()
     rec.emit("heartbeat", phase="train")
     rec.close()
-    assert bad.calls == 2
+    assert bad.calls == 3  # two heartbeat batches, then the final telemetry report
     assert rec.stats()["dropped"][("sink_error", "raising")] == 6 + 1  # 5 + 1 heartbeats + 1 telemetry report
+    assert [(t["reason"], t["sink"], t["dropped"]) for t in mem.of_kind("telemetry")] == [("sink_error", "raising", 6)]
     assert len(mem.of_kind("heartbeat")) == 6  # the healthy sink got everything
 
 

@@ -48,10 +48,12 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
 @rule("advantage-denominator-collapse", concern="advantage",
       title="Near-zero group std amplifies advantages (or the denominator is NaN/zero)",
       needs=("advantage",), thresholds={"max_abs_advantage": 10.0},
-      causes=("grad-norm-spike", "grad-norm-nonfinite", "parity-drift"))
+      causes=("grad-norm-spike", "grad-norm-nonfinite"))
 def denominator_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
-    """max |advantage| > ``max_abs_advantage`` (a normalised advantage of G samples is at most sqrt(G-1)
-    in size unless std+eps is tiny), or any NaN/Inf/zero denominator."""
+    """Groups with 0 < reward std < the probe's threshold (their float noise becomes full-strength
+    advantage: warning), and critical when max |advantage| > ``max_abs_advantage`` (a group-normalised
+    advantage of G samples is at most sqrt(G-1) in size unless the denominator broke) or any
+    denominator is NaN/Inf/zero."""
     if not ctx.count("advantage"):
         return Insufficient("no advantage events")
     rows = ctx.rows("SELECT step, max(max_abs_advantage), sum(coalesce(nonfinite_denominators, 0)), "
@@ -59,10 +61,13 @@ def denominator_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult
                     f"WHERE step IS NOT NULL{ctx.step_filter()} GROUP BY step ORDER BY step")
     if not rows:
         return Insufficient("no advantage events with a step")
-    bad = [(int(s), a, n, nz, d) for s, a, n, nz, d in rows
-           if (a is not None and (a != a or a > th["max_abs_advantage"])) or (n or 0) > 0]
+    def exploded(a: float | None, n: int | None) -> bool:
+        return (a is not None and (a != a or a > th["max_abs_advantage"])) or (n or 0) > 0
+
+    bad = [(int(s), a, n, nz, d) for s, a, n, nz, d in rows if exploded(a, n) or (nz or 0) > 0]
     if not bad:
         return []
+    severity = Severity.CRITICAL if any(exploded(b[1], b[2]) for b in bad) else Severity.WARNING
     first, last = bad[0][0], bad[-1][0]
     worst = max((b for b in bad if b[1] is not None), key=lambda b: b[1] if b[1] == b[1] else float("inf"),
                 default=bad[0])
@@ -77,9 +82,10 @@ def denominator_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult
     if worst[4] is not None:
         ev.append(Evidence("advantage.denom_min", worst[4], None, (worst[0], worst[0]), "smallest std + eps"))
     return [Finding(
-        rule="advantage-denominator-collapse", severity=Severity.CRITICAL,
-        title=f"advantage denominator collapsed at step {first}: max |advantage| {worst[1]:.3g}"
-        if worst[1] is not None else f"non-finite advantage denominators from step {first}",
+        rule="advantage-denominator-collapse", severity=severity,
+        title=(f"advantage denominator collapsed at step {first}: max |advantage| {worst[1]:.3g}"
+               if severity == Severity.CRITICAL and worst[1] is not None else
+               f"{nz} group(s) with near-zero reward std from step {first}: noise amplified into advantage"),
         first_step=first, last_step=last, evidence=ev,
         root_cause="groups whose reward std is just above 0 (rewards almost equal, e.g. 1e-7 noise) divide by "
                    "std + eps with a tiny eps, multiplying advantages by orders of magnitude",

@@ -70,9 +70,10 @@ def skipped(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                                     note="e.g. " + ", ".join(map(str, gaps[:5]))))
     if not findings_ev:
         return []
-    resume = ctx.rows("SELECT process, min(step) FROM train_step WHERE component = 'trainer' AND step IS NOT NULL "
-                      "GROUP BY process ORDER BY min(ts_ns)")
-    resume_step = int(resume[1][1]) if len(resume) > 1 and resume[1][1] is not None else None
+    from rlobs.doctor.rules.staleness import resume_steps
+
+    resumes = resume_steps(ctx)
+    resume_step = resumes[0] if resumes else None
     first = min(steps) if steps else resume_step
     return [Finding(
         rule="ledger-samples-skipped", severity=Severity.CRITICAL,

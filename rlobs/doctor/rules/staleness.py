@@ -19,6 +19,18 @@ def max_staleness_per_step(ctx: RunContext) -> list[tuple[int, int]]:
     return [(int(s), int(v)) for s, v in rows]
 
 
+def resume_steps(ctx: RunContext) -> list[int]:
+    """First step of every trainer process that replaced an earlier one of the same rank (a resume)."""
+    rows = ctx.rows("SELECT rank, process, min(ts_ns), min(step) FROM train_step WHERE component = 'trainer' "
+                    "AND step IS NOT NULL GROUP BY rank, process ORDER BY rank, min(ts_ns)")
+    out, seen = [], set()
+    for rank, _proc, _ts, first_step in rows:
+        if rank in seen and first_step is not None:
+            out.append(int(first_step))
+        seen.add(rank)
+    return sorted(set(out))
+
+
 def configured_bound(ctx: RunContext) -> int | None:
     bound = ctx.cfg("max_staleness", "staleness.max_staleness", "trainer.max_staleness")
     if bound is None or not isinstance(bound, (int, float)) or bound < 0:
@@ -65,20 +77,17 @@ def over_bound(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
 
 
 @rule("staleness-jump-after-resume", concern="staleness", title="Staleness jumps right after a resume",
-      needs=("staleness", "manifest"), thresholds={"jump_versions": 2, "window": 3})
+      needs=("staleness", "manifest"), thresholds={"jump_versions": 2, "window": 3},
+      causes=("staleness-over-bound", "ledger-samples-repeated", "ledger-samples-skipped"))
 def jump_after_resume(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """After each trainer restart (a later trainer process), compare max staleness in the ``window`` steps
     after the resume with the steps before it: a rise of ``jump_versions`` or more is a finding."""
     series = dict(max_staleness_per_step(ctx))
     if not series:
         return Insufficient("no consumed-sample staleness")
-    starts = ctx.rows("SELECT process, min(step) FROM train_step WHERE component = 'trainer' AND step IS NOT NULL "
-                      "GROUP BY process ORDER BY min(ts_ns)")
-    if len(starts) < 2:
-        return []  # no resume in this record: nothing to check
     out = []
     w = int(th["window"])
-    for _proc, resume_step in starts[1:]:
+    for resume_step in resume_steps(ctx):
         if resume_step is None:
             continue
         before = [v for s, v in series.items() if resume_step - 2 * w <= s < resume_step]
