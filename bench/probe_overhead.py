@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=40, help="steps per arm (on and off alternate)")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
     steps = 6 if args.quick else args.steps
@@ -53,6 +54,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     import probes
     import rlobs
 
+    if args.threads:
+        torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     model = _model()
     opt = torch.optim.AdamW([{"params": model["embed"].parameters(), "name": "embed"},
@@ -177,6 +180,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "probe_ms_per_step_direct": round(statistics.median(probe_s[1:]) * 1e3, 3),
         "overhead_pct_direct": round(statistics.median(probe_s[1:]) / off * 100, 3),
         "telemetry_dropped": dropped,
+        "load_average": list(os.getloadavg()),
+        "step_s": {arm: [round(x, 4) for x in v] for arm, v in times.items()},
+        "probe_s_per_step": [round(x, 5) for x in probe_s],
         "machine": {"python": platform.python_version(), "cpus": os.cpu_count(),
                     "torch_threads": torch.get_num_threads()},
     }

@@ -74,11 +74,16 @@ class SampleLedger:
     recorder: where events go (default: the process's current recorder).
     goodput: optional ``GoodputAccount`` told the tokens of every dropped sample.
     max_violations: how many violations to keep in memory (all are counted).
+    track: keep per-sample state for the exactly-once checks (about 200 bytes of memory per sample id
+        ever seen, ~200 MB and a ~20 MB JSON state per million samples). ``track=False`` only emits events (the
+        doctor can still find duplicates in the record); use it where another process owns the checks.
     Thread-safe.
     """
 
-    def __init__(self, recorder: Recorderish | None = None, *, goodput: Any = None, max_violations: int = 10_000):
+    def __init__(self, recorder: Recorderish | None = None, *, goodput: Any = None, max_violations: int = 10_000,
+                 track: bool = True):
         self._recorder = recorder
+        self.track = track
         self.goodput = goodput
         self.max_violations = max_violations
         self._lock = threading.Lock()
@@ -99,6 +104,15 @@ class SampleLedger:
             raise ValueError(f"drop reason {reason!r} unknown; valid: {', '.join(DROP_REASONS)}")
         sid = str(sample_id)
         bit = _BIT[state]
+        if not self.track:
+            fields0: dict[str, Any] = {"sample_id": sid, "group_id": group_id, "state": state, "reason": reason,
+                                       "tokens": tokens, "staleness": staleness, "age_s": age_s}
+            if step is not None:
+                fields0["step"] = step
+            recorder_or_global(self._recorder).emit("ledger", **fields0)
+            if state == "dropped" and self.goodput is not None:
+                self.goodput.add_drop(reason, tokens or 0)
+            return True
         with self._lock:
             mask = self._mask.get(sid, 0)
             duplicate = bool(mask & bit) or bool(mask & _TERMINAL_MASK)

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Iterator
 
 from probes._common import Recorderish, recorder_or_global
@@ -159,7 +159,7 @@ def default_liveness() -> Liveness:
         return _default
 
 
-def phase(name: str, *, tokens: int | None = None):  # noqa: ANN201 - a context manager
+def phase(name: str, *, tokens: int | None = None) -> AbstractContextManager[PhaseHandle]:
     """``with phase("train"):`` on the process-wide ``Liveness`` (events go to the current recorder)."""
     return default_liveness().phase(name, tokens=tokens)
 

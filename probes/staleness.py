@@ -153,8 +153,8 @@ class StalenessProbe:
     max_staleness: drop samples whose staleness exceeds this (None: never).
     ttl_s: drop samples older than this many seconds since dispatch (None: never).
     is_cap: importance-ratio truncation cap used for ``is_clipped_ratio``.
-    ledger: a ``SampleLedger`` to route consumed/dropped transitions through (exactly-once checks);
-        by default transitions are emitted directly.
+    ledger: a ``SampleLedger`` to route consumed/dropped transitions through (share one with the rest of
+        the process for exactly-once checks); by default an untracked one that only emits.
     """
 
     def __init__(self, recorder: Recorderish | None = None, *, max_staleness: int | None = None,
@@ -163,7 +163,7 @@ class StalenessProbe:
         self.max_staleness = max_staleness
         self.ttl_s = ttl_s
         self.is_cap = is_cap
-        self.ledger = ledger if ledger is not None else SampleLedger(recorder)
+        self.ledger = ledger if ledger is not None else SampleLedger(recorder, track=False)
         self.drops: Counter[str] = Counter()
 
     def admit(self, sample_id: str, tag: VersionTag | Mapping[str, Any], trainer_version: int, *,
@@ -247,5 +247,5 @@ def record_rollout(sample_id: str, tag: VersionTag, *, group_id: str | None = No
         completion_tokens=None if completion_tokens is None else int(completion_tokens),
         finish_reason=finish_reason, gen_seconds=None if gen_seconds is None else float(gen_seconds),
         logprobs=None if logprobs is None else [float(x) for x in logprobs], **tag.rollout_fields())
-    led = ledger if ledger is not None else SampleLedger(recorder)
+    led = ledger if ledger is not None else SampleLedger(recorder, track=False)
     led.generated(str(sample_id), group_id=group_id, tokens=completion_tokens)

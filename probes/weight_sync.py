@@ -29,7 +29,7 @@ import resource
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Iterator, Mapping
 
@@ -204,7 +204,11 @@ def _reset_peak(device: Any = None) -> None:
 
 # ---- boundaries ---------------------------------------------------------------------------------
 class Boundary:
-    """An open boundary: set fields (``bytes``, ``retries``, ...) or call the helpers before it ends."""
+    """An open boundary. Set event fields as attributes before it ends (``bytes``, ``retries``,
+    ``tensors_expected``, ``tensors_present``, ``mem_hwm_bytes``, ``inflight_aborted``,
+    ``inflight_resumed``, ``bandwidth_bps``, staging ``lock_wait_s`` / ``lock_hold_s`` / ``seq_before`` /
+    ``seq_after`` / ``torn``) or call the helpers (``record_state``, ``record_read``, ``requested``,
+    ``confirmed``, ``inflight``)."""
 
     def __init__(self, session: "SyncSession", name: str):
         self.session = session
@@ -341,22 +345,22 @@ class SyncSession:
                     sp.fail()
                 rec.emit("weight_sync", version=self.version, **f)
 
-    def dump(self, *, expected: Iterable[str] | None = None):  # noqa: ANN201 - context manager
+    def dump(self, *, expected: Iterable[str] | None = None) -> AbstractContextManager[Boundary]:
         if expected is not None:
             self.expected = list(expected)
         return self.boundary("dump")
 
-    def staging(self):  # noqa: ANN201
+    def staging(self) -> AbstractContextManager[Boundary]:
         return self.boundary("staging")
 
-    def transfer(self):  # noqa: ANN201
+    def transfer(self) -> AbstractContextManager[Boundary]:
         return self.boundary("transfer")
 
-    def load(self):  # noqa: ANN201
+    def load(self) -> AbstractContextManager[Boundary]:
         _reset_peak()
         return self.boundary("load")
 
-    def cache_reset(self):  # noqa: ANN201
+    def cache_reset(self) -> AbstractContextManager[Boundary]:
         return self.boundary("cache_reset")
 
     def read_staging(self, buffer: StagingBuffer, *, use_lock: bool = True) -> dict[str, Any]:
