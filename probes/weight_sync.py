@@ -11,6 +11,12 @@
             b.requested(); b.confirmed(engine.reset_prefix_cache()); b.inflight(aborted=3)
     # exit: an ``end_to_end`` event, duration = optimiser step -> generator serving the version
 
+Across processes (trainer dumps, generator loads): the trainer uses
+``WeightSyncProbe(required=("dump",))`` and ``sync(v, end_to_end=False)``, and sends ``s.handoff()``
+(plain JSON) with the weights; the generator uses ``WeightSyncProbe(required=("load", "cache_reset"))``
+and ``sync(handoff=received)``: its ``load`` compares with the trainer's dump fingerprints, its spans
+join the trainer's trace, and it emits the end-to-end lag.
+
 Every boundary emits one ``weight_sync`` event inside a child span ``weight_sync.<boundary>``.
 Outcomes: ``ok``; ``error`` (the block raised; the exception propagates); ``mismatch`` (dump: an
 expected tensor is missing; load: a fingerprint differs from the dump's or a tensor is missing);
@@ -319,6 +325,7 @@ class SyncSession:
         self.results: dict[str, dict[str, Any]] = {}
         self.start_ns = time.time_ns()
         self.serving_ns: int | None = None
+        self.traceparent: str | None = None
 
     @property
     def rec(self) -> Recorderish:
@@ -374,6 +381,14 @@ class SyncSession:
         """Mark the moment the generator serves this version (default: the end of the sync)."""
         self.serving_ns = time.time_ns()
 
+    def handoff(self) -> dict[str, Any]:
+        """What the trainer sends along with the weights so the generator's process can verify its load
+        and close the end-to-end lag: plain JSON (version, optimiser-step time, expected tensor names,
+        per-tensor dump fingerprints, the W3C traceparent of this sync's span)."""
+        return {"version": self.version, "optimizer_step_ns": self.optimizer_step_ns or self.start_ns,
+                "expected": self.expected, "fingerprints": self.dump_fingerprints,
+                "traceparent": self.traceparent}
+
 
 class WeightSyncProbe:
     """Creates ``SyncSession``s; keeps the last end-to-end lag and outcomes.
@@ -390,14 +405,31 @@ class WeightSyncProbe:
         self.last: SyncSession | None = None
 
     @contextmanager
-    def sync(self, version: int, *, optimizer_step_ns: int | None = None,
-             expected: Iterable[str] | None = None) -> Iterator[SyncSession]:
+    def sync(self, version: int | None = None, *, optimizer_step_ns: int | None = None,
+             expected: Iterable[str] | None = None, handoff: Mapping[str, Any] | None = None,
+             end_to_end: bool = True) -> Iterator[SyncSession]:
         """One sync of ``version``. ``optimizer_step_ns``: wall time (ns) of the optimiser step that
-        produced the version; the end-to-end lag runs from it (default: the start of the sync)."""
+        produced the version; the end-to-end lag runs from it (default: the start of the sync).
+
+        Across processes: the trainer side runs its boundaries with ``end_to_end=False`` and sends
+        ``session.handoff()`` with the weights; the generator side opens ``sync(handoff=...)``, which
+        takes the version, step time, expected names and dump fingerprints from it (so ``load`` compares
+        against the trainer's dump), continues the trainer's trace, and emits the end-to-end lag."""
         rec = recorder_or_global(self._recorder)
+        parent = None
+        if handoff is not None:
+            version = int(handoff["version"]) if version is None else version
+            optimizer_step_ns = optimizer_step_ns or handoff.get("optimizer_step_ns")
+            expected = expected if expected is not None else handoff.get("expected")
+            parent = handoff.get("traceparent")
+        if version is None:
+            raise ValueError("sync() needs a version (or a handoff carrying one)")
         s = SyncSession(self, version, optimizer_step_ns, expected, self.required)
+        if handoff is not None and handoff.get("fingerprints"):
+            s.dump_fingerprints = dict(handoff["fingerprints"])
         failed: BaseException | None = None
-        with rec.span("weight_sync", version=int(version)) as sp:
+        with rec.span("weight_sync", parent=parent, version=int(version)) as sp:
+            s.traceparent = sp.traceparent if sp.trace_id else None
             try:
                 yield s
             except BaseException as exc:
@@ -419,7 +451,8 @@ class WeightSyncProbe:
                     worst = "error"
                 sp.set("outcome", worst)
                 sp.set("outcomes", json.dumps({k: v["outcome"] for k, v in s.results.items()}))
-                rec.emit("weight_sync", version=s.version, boundary="end_to_end", start_ns=origin,
-                         duration_s=(end - origin) / 1e9, outcome=worst,
-                         bytes=s.results.get("transfer", {}).get("bytes"))
+                if end_to_end:
+                    rec.emit("weight_sync", version=s.version, boundary="end_to_end", start_ns=origin,
+                             duration_s=(end - origin) / 1e9, outcome=worst,
+                             bytes=s.results.get("transfer", {}).get("bytes"))
                 self.last = s

@@ -257,3 +257,39 @@ def test_fingerprint_a_subset_only_compares_that_subset():
             b.record_state(state, names=["norm.weight"])
     assert s.results["load"]["outcome"] == "ok" and s.results["load"]["fingerprint_match"] is True
     assert fingerprints(state, ["norm.weight", "absent"]).keys() == {"norm.weight"}
+
+
+def test_cross_process_handoff_verifies_the_load_and_joins_the_trace(live):
+    state = _state()
+    trainer = WeightSyncProbe(required=("dump",))
+    generator = WeightSyncProbe(required=("load", "cache_reset"))
+    t_step = time.time_ns() - 1_000_000_000
+    with trainer.sync(8, optimizer_step_ns=t_step, end_to_end=False) as ts:
+        with ts.dump() as b:
+            b.record_state(state)
+        with ts.transfer() as b:
+            b.bytes = 1234
+        wire = json.dumps(ts.handoff())  # travels with the weights (Ray object, HTTP header, ...)
+    received = json.loads(wire)
+    assert received["version"] == 8 and received["optimizer_step_ns"] == t_step
+    with generator.sync(handoff=received) as gs:
+        with gs.load() as b:
+            corrupted = dict(state)
+            corrupted["embed.weight"] = state["embed.weight"] * 1.0001
+            b.record_state(corrupted)
+        with gs.cache_reset() as b:
+            b.requested()
+            b.confirmed(True)
+    assert gs.version == 8
+    load = gs.results["load"]
+    assert (load["outcome"], json.loads(load["mismatched_tensors"])) == ("mismatch", ["embed.weight"])
+    rec = live.close_and_open()
+    got = rows(rec, "select boundary, outcome from weight_sync where version = 8 order by mono_ns")
+    assert got == [("dump", "ok"), ("transfer", "ok"), ("load", "mismatch"), ("cache_reset", "ok"),
+                   ("end_to_end", "mismatch")]  # one end-to-end lag, from the generator side
+    (lag,) = rows(rec, "select duration_s from weight_sync where boundary = 'end_to_end'")[0]
+    assert lag >= 1.0
+    roots = rows(rec, "select trace_id, span_id, parent_span_id from span where name = 'weight_sync' order by start_ns")
+    assert len(roots) == 2
+    (t_trace, t_span, t_parent), (g_trace, _g_span, g_parent) = roots
+    assert t_parent is None and g_trace == t_trace and g_parent == t_span
