@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-SCHEMA_VERSION = "1.1"
+SCHEMA_VERSION = "1.2"  # 1.2: parity.mean_abs_dprob / max_abs_dprob, kind rollout_summary (importers)
 SCHEMA_MAJOR = 1
 
 # Documented migrations between major versions (none yet: 1 is the first).
@@ -208,6 +208,8 @@ _KIND_LIST: tuple[Kind, ...] = (
         F("first_after_sync", "bool", "first batch after a weight sync"),
         F("hashes_match", "bool", "tokenizer / chat template / sampling hashes agree"),
         F("mismatched_hashes", "string", "JSON list of the hashes that differ"),
+        F("mean_abs_dprob", "float64", "mean |p_train - p_gen| per token (probability, not log-prob: verl's rollout_probs_diff)"),
+        F("max_abs_dprob", "float64", "max |p_train - p_gen| per token (probability)"),
     )),
     Kind("parity_sample", "per-sample train/serve log-probs", (
         F("sample_id", "string", "sample"),
@@ -268,6 +270,15 @@ _KIND_LIST: tuple[Kind, ...] = (
         F("onset_step", "int64", "first step affected"),
         F("magnitude", "float64", "magnitude"),
         F("detail", "string", "free text / JSON"),
+    )),
+    Kind("rollout_summary", "per-step aggregate of the completions (when only aggregates are known: importers)", (
+        F("samples", "int64", "completions in the step"),
+        F("completion_tokens_mean", "float64", "mean completion length in tokens"),
+        F("completion_tokens_min", "float64", "shortest completion in tokens"),
+        F("completion_tokens_max", "float64", "longest completion in tokens"),
+        F("prompt_tokens_mean", "float64", "mean prompt length in tokens"),
+        F("truncated_ratio", "float64", "share of completions cut at the length limit"),
+        F("aborted_ratio", "float64", "share of completions aborted (empty)"),
     )),
     Kind("scalar", "any named number (importers keep unmapped metrics here)", (
         F("name", "string", "metric name as logged"),
