@@ -29,6 +29,23 @@ class RunContext:
     def missing(self, *kinds: str) -> list[str]:
         return [k for k in kinds if not self._counts.get(k)]
 
+    # ---- shared derived tables (built once per diagnosis) ----
+    def sample_summary(self) -> str:
+        """Name of a temp table with one row per sample id: generated ts, consumption count and steps, terminal."""
+        if not getattr(self, "_samples_built", False):
+            # grouped by a 64-bit hash of the id (much faster than by string; collisions are negligible)
+            self.record.con.execute(
+                "CREATE OR REPLACE TEMP TABLE _sample_summary AS SELECT hash(sample_id) AS h, "
+                "any_value(sample_id) AS sample_id, "
+                "min(CASE WHEN state = 'generated' THEN ts_ns END) AS generated_ts, "
+                "sum((state = 'consumed')::INT) AS consumed, "
+                "min(CASE WHEN state = 'consumed' THEN step END) AS first_consumed_step, "
+                "max(CASE WHEN state = 'consumed' THEN step END) AS last_consumed_step, "
+                "bool_or(state IN ('consumed', 'dropped')) AS terminal, "
+                "bool_or(coalesce(duplicate, false)) AS duplicate FROM ledger WHERE sample_id IS NOT NULL GROUP BY h")
+            self._samples_built = True
+        return "_sample_summary"
+
     # ---- queries ----
     def step_filter(self, column: str = "step") -> str:
         return f" AND {column} >= {int(self.since_step)}" if self.since_step is not None else ""

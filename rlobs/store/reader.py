@@ -216,6 +216,7 @@ def open_run(path: str | os.PathLike[str]) -> RunRecord:
         raise RunRecordError(f"{run_dir} does not exist")
     manifest = read_manifest(run_dir)
     con = duckdb.connect(":memory:")
+    con.execute("SET enable_progress_bar = false")
     problems: list[ReadProblem] = []
     files: dict[str, list[str]] = {}
     events_dir = run_dir / EVENTS_DIR

@@ -17,10 +17,6 @@ FROM grader_call g ASOF LEFT JOIN steps s ON g.ts_ns >= s.ts_ns
 """
 
 
-def calls_by_step(ctx: RunContext) -> list[tuple[int | None, str, float, str]]:
-    return ctx.rows(f"SELECT * FROM ({_CALLS_BY_STEP}) WHERE true{ctx.step_filter()}")
-
-
 @rule("grader-slow", concern="grader", title="Grader latency far above its baseline",
       needs=("grader_call", "train_step"),
       thresholds={"ratio": 3.0, "min_seconds": 0.25, "baseline_steps": 3, "min_steps": 1},
@@ -30,18 +26,17 @@ def slow(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     ``baseline_steps`` steps (and above ``min_seconds``)."""
     if not ctx.count("grader_call"):
         return Insufficient("no grader_call events")
-    per: dict[str, dict[int, list[float]]] = {}
-    for step, kind, lat, outcome in calls_by_step(ctx):
-        if step is None or lat is None or outcome != "ok":
-            continue
-        per.setdefault(kind or "?", {}).setdefault(int(step), []).append(float(lat))
+    per: dict[str, dict[int, float]] = {}
+    for kind, step, p95 in ctx.rows(
+            f"SELECT grader_kind, step, quantile_cont(latency_s, 0.95) FROM ({_CALLS_BY_STEP}) "
+            f"WHERE outcome = 'ok' AND latency_s IS NOT NULL AND step IS NOT NULL{ctx.step_filter()} GROUP BY ALL"):
+        per.setdefault(kind or "?", {})[int(step)] = float(p95)
     out = []
-    for kind, by_step in sorted(per.items()):
-        steps = sorted(by_step)
+    for kind, p95 in sorted(per.items()):
+        steps = sorted(p95)
         n_base = int(th["baseline_steps"])
         if len(steps) <= n_base:
             continue
-        p95 = {s: _p95(by_step[s]) for s in steps}
         base = statistics.median(p95[s] for s in steps[:n_base])
         limit = max(th["ratio"] * base, th["min_seconds"])
         bad = [s for s in steps[n_base:] if p95[s] > limit]
@@ -66,11 +61,6 @@ def slow(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     return out
 
 
-def _p95(xs: list[float]) -> float:
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(0.95 * len(xs)))]
-
-
 def _wait_share(ctx: RunContext) -> list[Evidence]:
     row = ctx.rows("SELECT sum(reward_wait_s), sum(coalesce(step_seconds, 0) + coalesce(data_wait_s, 0)) "
                    f"FROM train_step WHERE true{ctx.step_filter()}")
@@ -89,7 +79,9 @@ def timeouts(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     for kind, n, n_to in ctx.rows("SELECT grader_kind, count(*), count(*) FILTER (WHERE outcome = 'timeout') "
                                   f"FROM grader_call WHERE true{ctx.step_filter()} GROUP BY grader_kind ORDER BY 1"):
         if n_to >= th["min_calls"] and n_to / n >= th["share"]:
-            steps = [int(s) for s, k, _l, o in calls_by_step(ctx) if k == kind and o == "timeout" and s is not None]
+            steps = [int(r[0]) for r in ctx.rows(
+                f"SELECT step FROM ({_CALLS_BY_STEP}) WHERE outcome = 'timeout' AND step IS NOT NULL "
+                "AND grader_kind = ?", [kind])]
             out.append(Finding(
                 rule="grader-timeouts", severity=Severity.WARNING,
                 title=f"{n_to} of {n} {kind} grader calls timed out ({n_to / n:.0%})",

@@ -20,9 +20,10 @@ def repeated(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     the exactly-once guarantee broke (typically a resume that replays consumed samples)."""
     if not ctx.count("ledger"):
         return Insufficient("no ledger events")
-    rows = ctx.rows("SELECT sample_id, count(*) n, min(step), max(step) FROM ledger WHERE state = 'consumed' "
-                    "GROUP BY sample_id HAVING n > 1 ORDER BY min(step)")
-    flagged = ctx.scalar("SELECT count(*) FROM ledger WHERE duplicate")
+    summary = ctx.sample_summary()
+    rows = ctx.rows(f"SELECT sample_id, consumed, first_consumed_step, last_consumed_step FROM {summary} "
+                    "WHERE consumed > 1 ORDER BY first_consumed_step, sample_id")
+    flagged = ctx.scalar(f"SELECT count(*) FROM {summary} WHERE duplicate")
     if not rows and not flagged:
         return []
     steps = [s for r in rows for s in (r[2], r[3]) if s is not None]
@@ -55,11 +56,11 @@ def skipped(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     if last_step is not None:
         cutoff = int(last_step) - int(th["grace_steps"])
         rows = ctx.rows(
-            "WITH g AS (SELECT sample_id, min(ts_ns) ts FROM ledger WHERE state = 'generated' GROUP BY sample_id), "
-            "t AS (SELECT DISTINCT sample_id FROM ledger WHERE state IN ('consumed', 'dropped')), "
+            f"WITH g AS (SELECT sample_id, generated_ts ts FROM {ctx.sample_summary()} "
+            "WHERE NOT terminal AND generated_ts IS NOT NULL), "
             "steps AS (SELECT min(ts_ns) ts_ns, step FROM train_step WHERE step IS NOT NULL GROUP BY step) "
             "SELECT g.sample_id, s.step FROM g ASOF LEFT JOIN steps s ON g.ts >= s.ts_ns "
-            f"WHERE g.sample_id NOT IN (SELECT sample_id FROM t) AND coalesce(s.step, -1) < {cutoff} ORDER BY s.step")
+            f"WHERE coalesce(s.step, -1) < {cutoff} ORDER BY s.step, g.sample_id")
         if rows:
             steps += [int(r[1]) for r in rows if r[1] is not None]
             findings_ev.append(Evidence("samples generated but never consumed or dropped", len(rows), 0,
