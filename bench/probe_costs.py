@@ -73,7 +73,8 @@ def cases(rec: Any, quick: bool) -> list[tuple[str, str, int, Callable[[], Any]]
                 lambda: adv.observe(rewards, token_denominator=12345.0)))
 
     gp = probes.GradNormProbe(max_norm=1.0)
-    out.append(("gradnorm.observe(grad_norm=)", "one step, norm given", n, lambda: gp.observe(grad_norm=1.0 + rng.random() * 0.1)))
+    out.append(("gradnorm.observe(grad_norm=)", "one step, norm given", n,
+                lambda: gp.observe(grad_norm=1.0 + rng.random() * 0.1)))
     model = torch.nn.Sequential(torch.nn.Linear(512, 512), torch.nn.Linear(512, 512), torch.nn.Linear(512, 8))
     model(torch.randn(4, 512)).sum().backward()
     gp2 = probes.GradNormProbe(max_norm=1.0)

@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "probe_ms_per_step_direct": round(statistics.median(probe_s[1:]) * 1e3, 3),
         "overhead_pct_direct": round(statistics.median(probe_s[1:]) / off * 100, 3),
         "background_telemetry_cpu_ms_per_step": round(background_s / steps * 1e3, 3),
-        "overhead_pct_direct_plus_background": round((statistics.median(probe_s[1:]) + background_s / steps) / off * 100, 3),
+        "overhead_pct_direct_plus_background": round(
+            (statistics.median(probe_s[1:]) + background_s / steps) / off * 100, 3),
         "telemetry_dropped": dropped,
         "load_average": list(os.getloadavg()),
         "step_s": {arm: [round(x, 4) for x in v] for arm, v in times.items()},

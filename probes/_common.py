@@ -11,7 +11,7 @@ import json
 import logging
 import math
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Iterable
 
 import numpy as np
 
@@ -75,13 +75,6 @@ def split_tokens(values: Any, mask: Any = None) -> list[np.ndarray]:
     return [row[mrow] for row, mrow in zip(arr, m)]
 
 
-def fnum(x: Any) -> float | None:
-    """A Python float (NaN/Inf kept) or None."""
-    if x is None:
-        return None
-    return float(x)
-
-
 def json_safe(obj: Any) -> Any:
     """Replace non-finite floats by None (strict JSON that DuckDB's json functions accept)."""
     if isinstance(obj, float):
@@ -108,13 +101,6 @@ def as_list(x: Iterable[Any] | None) -> list[Any]:
     if is_tensor(x) or isinstance(x, np.ndarray):
         return to_numpy(x, dtype=None).reshape(-1).tolist()
     return list(x)
-
-
-def percentile(sorted_values: Sequence[float], q: float) -> float:
-    """Linear-interpolated percentile (numpy's default) of already-sorted values; NaN when empty."""
-    if not len(sorted_values):
-        return math.nan
-    return float(np.percentile(np.asarray(sorted_values, dtype=np.float64), q))
 
 
 _log = logging.getLogger("probes")

@@ -19,7 +19,8 @@ Per step ``emit_step()`` emits one ``goodput`` event per non-empty category (alw
 Token-based cost per component: ``cost_per_effective_token(phase_seconds, effective_tokens)`` turns the
 seconds each component spent (``Liveness.totals()``: generation, grading, training, sync) into seconds
 per effective token, the price of one token of learning signal. In PromQL:
-``rate(rlobs_phase_seconds_total[5m]) / ignoring(phase) group_left rate(rlobs_goodput_tokens_total{category="effective"}[5m])``.
+``rate(rlobs_phase_seconds_total[5m]) / ignoring(phase) group_left
+rate(rlobs_goodput_tokens_total{category="effective"}[5m])``.
 
     acct = GoodputAccount()
     ledger = SampleLedger(goodput=acct)          # drops are accounted automatically

@@ -177,7 +177,8 @@ class ParityProbe:
         self._pending_sync: int | None = None
         self._batches = 0
 
-    def set_hashes(self, *, generator: Mapping[str, str] | None = None, trainer: Mapping[str, str] | None = None) -> None:
+    def set_hashes(self, *, generator: Mapping[str, str] | None = None,
+                   trainer: Mapping[str, str] | None = None) -> None:
         if generator is not None:
             self.generator_hashes = dict(generator)
         if trainer is not None:

@@ -21,7 +21,7 @@ def test_load_high_water_mark_comes_from_the_cuda_allocator():
 
     probe = WeightSyncProbe(required=())
     with probe.sync(1) as s:
-        with s.load() as b:
+        with s.load():
             x = torch.empty(64 << 20, dtype=torch.uint8, device="cuda")  # 64 MiB
             del x
     assert s.results["load"]["mem_hwm_bytes"] >= 64 << 20

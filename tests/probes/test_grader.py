@@ -86,7 +86,8 @@ def test_hung_grader_detected_by_the_watchdog_within_the_deadline(live):
     assert live.value("rlobs_grader_overdue_calls", grader_kind="judge") == 0.0
     assert len(detected) == 1  # reported once per call
     rec = live.close_and_open()
-    assert rows(rec, "select max(overdue), max(deadline_s) from grader_inflight where grader_kind='judge'") == [(1, 0.3)]
+    got = rows(rec, "select max(overdue), max(deadline_s) from grader_inflight where grader_kind='judge'")
+    assert got == [(1, 0.3)]
 
 
 def test_reward_wait_share():
