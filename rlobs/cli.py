@@ -3,6 +3,7 @@
     rlobs info RUN            kinds and counts, time span, processes, schema version, truncation
     rlobs info RUN --json     the same as JSON
     rlobs doctor RUN          ranked findings (exit 0 healthy / 1 warnings / 2 critical); --list-rules, --json
+    rlobs import SOURCE PATH --out RUN   verl / openrlhf / trl / wandb / tensorboard logs -> a run record
 
 Other commands (doctor, dashboards, observe, replay, import) register here as their issues land.
 Heavy imports happen inside each command so ``rlobs --help`` stays fast.
@@ -216,6 +217,32 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
         err_console.print(f"[bold red]error:[/] {exc}")
         raise typer.Exit(2) from None
     raise typer.Exit(code)
+
+
+# --- import (rlobs.importers; imported lazily) ---
+@app.command("import")
+def import_cmd(source: str = typer.Argument(..., help="verl | openrlhf | trl | wandb | tensorboard"),
+               path: Path = typer.Argument(..., help="log file or folder: JSONL / console log / trainer_state.json / "
+                                                     "checkpoint folder / wandb run folder or export / TensorBoard folder"),
+               out: Path = typer.Option(..., "--out", help="new run directory to write"),
+               framework: str = typer.Option(None, "--framework",
+                                             help="verl | openrlhf | trl (default: the source, or detected from names)"),
+               as_json: bool = typer.Option(False, "--json", help="print the import report as JSON")) -> None:
+    """Import another trainer's metric log into a run record (then: rlobs doctor OUT). Exit 2 when nothing
+    could be imported; lines that could not be read are listed, never silently dropped."""
+    from rlobs.importers import ImportFailed, import_run
+
+    try:
+        report = import_run(source, path, out, framework=framework)
+    except ImportFailed as exc:
+        err_console.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    if as_json:
+        sys.stdout.write(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
+        return
+    for line in report.summary_lines():
+        console.print(line, highlight=False, soft_wrap=True)
+    console.print(f"wrote {out} (report: {out / 'import_report.json'}); next: rlobs doctor {out}", highlight=False)
 
 
 def main() -> None:
