@@ -138,6 +138,7 @@ def advantage_health(rewards: Any, *, advantages: Any = None, denominators: Any 
         ones are computed from ``rewards``.
     denominators: the per-group denominators the trainer used; by default std + eps.
     """
+    rect: np.ndarray | None
     if (is_tensor(rewards) or isinstance(rewards, np.ndarray)) and len(getattr(rewards, "shape", ())) == 2:
         rect = to_numpy(rewards)
         groups = list(rect)

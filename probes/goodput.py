@@ -91,8 +91,9 @@ class GoodputAccount:
             return {c: v[0] for c, v in self._step.items()}
 
     @staticmethod
-    def ratio(counts: Mapping[str, Sequence[int] | int]) -> float:
-        toks = {c: (v[0] if isinstance(v, (list, tuple)) else int(v)) for c, v in counts.items()}
+    def ratio(counts: Mapping[str, Any]) -> float:
+        """effective / all tokens, from {category: tokens} or {category: (tokens, samples)}."""
+        toks = {c: int(v[0] if isinstance(v, (list, tuple)) else v) for c, v in counts.items()}
         total = sum(toks.values())
         return toks.get("effective", 0) / total if total else math.nan
 

@@ -192,7 +192,7 @@ class GradNormProbe:
         self.steps += 1
         self.clipped_steps += bool(clipped)
         self.nonfinite_steps += nonfinite
-        detail = None
+        detail: dict[str, Any] | None = None
         if spike or nonfinite:
             if spike:
                 self.spikes.append(step)

@@ -69,9 +69,9 @@ def _host_bytes(t: Any) -> tuple[str, tuple[int, ...], memoryview]:
         x = x.contiguous()
         dtype, shape = str(x.dtype).replace("torch.", ""), tuple(x.shape)
         raw = x.reshape(-1).view(torch.uint8).numpy() if x.numel() else np.zeros(0, np.uint8)
-        return dtype, shape, memoryview(raw)
+        return dtype, shape, raw.data
     arr = np.ascontiguousarray(np.asarray(t))
-    return str(arr.dtype), tuple(arr.shape), memoryview(arr.reshape(-1).view(np.uint8))
+    return str(arr.dtype), tuple(arr.shape), arr.reshape(-1).view(np.uint8).data
 
 
 def tensor_fingerprint(t: Any) -> str:
