@@ -33,7 +33,10 @@ def _rows(rec: RunRecord, sql: str, params: list[Any] | None = None) -> list[tup
 
 # ---------- per-step series (Timeline, Compare) ----------
 def step_bounds(rec: RunRecord) -> tuple[int, int] | None:
-    lo, hi = _rows(rec, "SELECT min(step), max(step) FROM events WHERE step IS NOT NULL")[0]
+    """First and last step of the run (train steps, else any event)."""
+    lo, hi = _rows(rec, "SELECT min(step), max(step) FROM train_step")[0]
+    if lo is None:
+        lo, hi = _rows(rec, "SELECT min(step), max(step) FROM events WHERE step IS NOT NULL")[0]
     return None if lo is None else (int(lo), int(hi))
 
 
@@ -223,13 +226,14 @@ class SampleFilter:
 
 
 _JOINED = """
-    LEFT JOIN (SELECT sample_id, string_agg(DISTINCT grader_kind, ',') AS grader_kind, sum(reward) AS reward,
-                      CASE WHEN bool_or(outcome = 'timeout') THEN 'timeout' WHEN bool_or(outcome = 'error') THEN 'error'
-                           WHEN bool_or(outcome = 'ok') THEN 'ok' END AS grader_outcome, max(latency_s) AS grader_latency_s
+    LEFT JOIN (SELECT sample_id, min(grader_kind) AS grader_kind, sum(reward) AS reward,
+                      ['ok', 'error', 'timeout'][max(CASE outcome WHEN 'timeout' THEN 3 WHEN 'error' THEN 2
+                                                                  WHEN 'ok' THEN 1 END)] AS grader_outcome,
+                      max(latency_s) AS grader_latency_s
                FROM grader_call {semi} GROUP BY sample_id) g USING (sample_id)
     LEFT JOIN (SELECT sample_id, max(staleness) AS consumed_staleness,
-                      string_agg(DISTINCT CASE WHEN state = 'dropped' THEN reason END, ',') AS dropped
-               FROM ledger {semi_l} GROUP BY sample_id) l USING (sample_id)
+                      max(CASE WHEN state = 'dropped' THEN reason END) AS dropped
+               FROM ledger WHERE state IN ('consumed', 'dropped') {semi_and} GROUP BY sample_id) l USING (sample_id)
     LEFT JOIN (SELECT sample_id, max(mean_abs_dlogp) AS abs_dlogp FROM parity_sample {semi} GROUP BY sample_id) p
                USING (sample_id)"""
 _COLUMNS = ("r.step, r.group_id, r.sample_id, g.reward, coalesce(l.consumed_staleness, r.policy_version - "
@@ -284,15 +288,15 @@ def samples_page(rec: RunRecord, f: SampleFilter, limit: int = 200, offset: int 
     where, params = _rollout_where(f)
     if not f.needs_join:
         total = int(_rows(rec, f"SELECT count(*) FROM rollout WHERE {where}", params)[0][0])
-        semi = "WHERE sample_id IN (SELECT sample_id FROM r)"
+        semi = "sample_id IN (SELECT sample_id FROM r)"
         sql = (f"WITH r AS (SELECT * FROM rollout WHERE {where} ORDER BY step, sample_id LIMIT {int(limit)} "
-               f"OFFSET {int(offset)}) SELECT {_COLUMNS} FROM r {_JOINED.format(semi=semi, semi_l=semi)} "
+               f"OFFSET {int(offset)}) SELECT {_COLUMNS} FROM r "
+               f"{_JOINED.format(semi='WHERE ' + semi, semi_and='AND ' + semi)} "
                "ORDER BY r.step, r.sample_id")
         return _df(rec, sql, params), total
     jwhere, jparams = _joined_where(f)
-    semi = "WHERE sample_id IN (SELECT sample_id FROM r)"
     base = (f"WITH r AS (SELECT * FROM rollout WHERE {where}), j AS (SELECT {_COLUMNS} FROM r "
-            f"{_JOINED.format(semi=semi, semi_l=semi)}) ")
+            f"{_JOINED.format(semi='', semi_and='')}) ")
     total = int(_rows(rec, base + f"SELECT count(*) FROM j WHERE {jwhere}", params + jparams)[0][0])
     page = _df(rec, base + f"SELECT * FROM j WHERE {jwhere} ORDER BY step, sample_id LIMIT {int(limit)} "
                            f"OFFSET {int(offset)}", params + jparams)
@@ -317,10 +321,8 @@ def sample_detail(rec: RunRecord, sample_id: str) -> dict[str, Any] | None:
                       "FROM ledger WHERE sample_id = ? ORDER BY ts_ns", [sample_id])
     parity = _df(rec, "SELECT mean_abs_dlogp, max_abs_dlogp, train_logprobs FROM parity_sample WHERE sample_id = ? "
                       "ORDER BY ts_ns", [sample_id])
-    gen_lp = first.get("logprobs")
-    train_lp = parity.iloc[0]["train_logprobs"] if len(parity) else None
-    gen_arr = np.asarray(gen_lp, dtype="float64") if gen_lp is not None else np.array([])
-    train_arr = np.asarray(train_lp, dtype="float64") if train_lp is not None else np.array([])
+    gen_arr = _floats(first.get("logprobs"))
+    train_arr = _floats(parity.iloc[0]["train_logprobs"] if len(parity) else None)
     n = max(len(gen_arr), len(train_arr))
     tokens = pd.DataFrame({"position": np.arange(n)})
     tokens["generator_logprob"] = np.pad(gen_arr, (0, n - len(gen_arr)), constant_values=np.nan)
@@ -331,6 +333,12 @@ def sample_detail(rec: RunRecord, sample_id: str) -> dict[str, Any] | None:
             "completion": _text(first.get("completion")), "grader_calls": grades, "ledger": ledger,
             "parity": parity.drop(columns=["train_logprobs"]) if len(parity) else parity, "tokens": tokens,
             "reward": float(grades["reward"].sum()) if len(grades) and grades["reward"].notna().any() else None}
+
+
+def _floats(v: Any) -> np.ndarray:
+    if v is None or (not hasattr(v, "__len__") and _isna(v)):
+        return np.array([], dtype="float64")
+    return np.asarray([np.nan if x is None else x for x in v], dtype="float64")
 
 
 def _isna(v: Any) -> bool:

@@ -99,6 +99,19 @@ def diagnose(record: RunRecord, *, rule_ids: Iterable[str] | None = None, since_
             findings.extend(result)
         else:
             healthy.append(rid)
+    if errors and not getattr(record, "verified", False) and any("Error" in e for e in errors.values()):
+        # a query hit damaged data: re-open with full verification (corrupt segments left out) and retry
+        from rlobs.store import open_run
+
+        verified = open_run(record.path, verify=True)
+        verified.verified = True  # type: ignore[attr-defined]
+        if len(verified.problems) > len(record.problems):
+            try:
+                return diagnose(verified, rule_ids=selected, since_step=since_step,
+                                thresholds=thresholds, on_rule=on_rule)
+            finally:
+                verified.close()
+        verified.close()
     ranked = rank(findings, rules)
     return Report(run_id=record.run_id, path=str(record.path), findings=ranked, insufficient=insufficient,
                   errors=errors, healthy=healthy,

@@ -35,6 +35,9 @@ log = logging.getLogger("rlobs.prometheus")
 disable_created_metrics()
 
 _ENVELOPE_INDEX = {"ts_ns": 1, "mono_ns": 2, "step": 3, "policy_version": 4}
+# Label values come from event fields; a buggy caller putting ids there must not explode the series count.
+MAX_SERIES_PER_METRIC = 200
+OVERFLOW_LABEL = "__overflow__"
 
 
 def _make(spec: MetricSpec, registry: CollectorRegistry) -> Any:
@@ -50,7 +53,7 @@ class _Route:
     """Feeds one metric from one event kind."""
 
     __slots__ = ("spec", "metric", "op", "value_field", "value_index", "label_fields", "where", "scale",
-                 "children", "base")
+                 "children", "base", "overflowed")
 
     def __init__(self, spec: MetricSpec, metric: Any, base: tuple[str, str]):
         src = spec.source
@@ -65,6 +68,7 @@ class _Route:
         self.scale = src.scale
         self.children: dict[tuple[str, ...], Any] = {}
         self.base = base
+        self.overflowed = 0
 
     def apply(self, event: tuple) -> None:
         fields = event[6]
@@ -77,8 +81,16 @@ class _Route:
             key = ()
         child = self.children.get(key)
         if child is None:
-            child = self.metric.labels(*self.base, *key)
-            self.children[key] = child
+            if len(self.children) >= MAX_SERIES_PER_METRIC:
+                self.overflowed += 1
+                if self.overflowed == 1:
+                    log.warning("rlobs: metric %s exceeded %d label sets (ids in a label field?); further values are "
+                                "folded into %r", self.spec.name, MAX_SERIES_PER_METRIC, OVERFLOW_LABEL)
+                key = (OVERFLOW_LABEL,) * len(key)
+                child = self.children.get(key)
+            if child is None:
+                child = self.metric.labels(*self.base, *key)
+                self.children[key] = child
         if self.op == "count":
             child.inc()
             return

@@ -148,20 +148,32 @@ class RunRecord:
     def counts(self) -> dict[str, int]:
         out = {}
         for kind in self.files:
-            n = self.con.sql(f'SELECT count(*) FROM "{kind}"').fetchall()[0][0]
+            try:
+                n = self.con.sql(f'SELECT count(*) FROM "{kind}"').fetchall()[0][0]
+            except duckdb.Error as exc:
+                self.problems.append(ReadProblem(str(self.path / "events" / kind), kind, "unreadable",
+                                                 f"count failed: {exc}"))
+                continue
             if n:
                 out[kind] = int(n)
         return out
 
     def info(self) -> dict[str, Any]:
+        """Summary of the record; a query that hits damaged data is reported in ``problems``, not raised."""
         counts = self.counts()
-        span = (None, None)
+        span: tuple[Any, Any] = (None, None)
+        by_process: dict[str, int] = {}
+        query_errors = []
         if counts:
-            span = self.con.sql("SELECT min(ts_ns), max(ts_ns) FROM events").fetchall()[0]
-        by_process = {}
-        if counts:
-            for proc, n in self.con.sql("SELECT process, count(*) FROM events GROUP BY process ORDER BY process").fetchall():
-                by_process[proc] = int(n)
+            try:
+                span = tuple(self.con.sql("SELECT min(ts_ns), max(ts_ns) FROM events").fetchall()[0])
+                for proc, n in self.con.sql("SELECT process, count(*) FROM events GROUP BY process ORDER BY process"
+                                            ).fetchall():
+                    by_process[proc] = int(n)
+            except duckdb.Error as exc:
+                query_errors.append(asdict(ReadProblem(str(self.path), "*", "unreadable",
+                                                       f"query over the events failed: {exc}; "
+                                                       "open with verify=True to find the damaged segment")))
         return {
             "path": str(self.path),
             "run_id": self.run_id,
@@ -172,7 +184,7 @@ class RunRecord:
             "last_ts_ns": span[1],
             "duration_s": (span[1] - span[0]) / 1e9 if span[0] is not None else 0.0,
             "processes": [{**asdict(p), "events": by_process.get(p.process, 0)} for p in self.processes],
-            "problems": [asdict(p) for p in self.problems],
+            "problems": [asdict(p) for p in self.problems] + query_errors,
             "truncated": any(p.problem in ("truncated", "unreadable") for p in self.problems),
         }
 
@@ -209,8 +221,21 @@ def _load_processes(run_dir: Path) -> list[ProcessInfo]:
     return out
 
 
-def open_run(path: str | os.PathLike[str]) -> RunRecord:
-    """Open the run record at ``path``. Raises RunRecordError / UnsupportedSchemaVersion for a bad manifest."""
+def verify_parquet(path: Path) -> str | None:
+    """Read a sealed segment in full with page checksums; the error text if it is corrupt, else None."""
+    try:
+        pq.ParquetFile(path, page_checksum_verification=True).read()
+    except Exception as exc:  # any decode failure means the file cannot be trusted
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord:
+    """Open the run record at ``path``. Raises RunRecordError / UnsupportedSchemaVersion for a bad manifest.
+
+    ``verify``: read every sealed segment in full (page checksums included) and leave out corrupt ones,
+    listing them in ``problems``; slower, used after a query hit damaged data.
+    """
     run_dir = Path(path)
     if not run_dir.exists():
         raise RunRecordError(f"{run_dir} does not exist")
@@ -239,6 +264,9 @@ def open_run(path: str | os.PathLike[str]) -> RunRecord:
                         pq.read_metadata(f)
                     except (pa.ArrowInvalid, OSError, ValueError) as exc:
                         problems.append(ReadProblem(str(f), kind, "unreadable", f"{type(exc).__name__}: {exc}"))
+                        continue
+                    if verify and (error := verify_parquet(f)) is not None:
+                        problems.append(ReadProblem(str(f), kind, "unreadable", f"corrupt data: {error}"))
                         continue
                     parquet.append(str(f))
                 elif f.suffix == ARROWS:

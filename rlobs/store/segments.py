@@ -42,7 +42,8 @@ def seal(arrows_path: Path) -> Path | None:
         arrows_path.unlink(missing_ok=True)
         return None
     tmp = out.with_name("." + out.name + ".tmp")
-    pq.write_table(table, tmp, compression="zstd", row_group_size=256 * 1024)
+    # page checksums let `open_run(verify=True)` detect flipped bytes that decompress cleanly
+    pq.write_table(table, tmp, compression="zstd", row_group_size=256 * 1024, write_page_checksum=True)
     os.replace(tmp, out)
     arrows_path.unlink(missing_ok=True)
     return out

@@ -1,0 +1,30 @@
+"""Entry script of the replay app (``streamlit run rlobs/app/main.py``; ``rlobs replay RUN`` does it for you).
+
+Sets the page layout, builds the navigation (one module per page under ``views/``) and the sidebar.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import streamlit as st
+
+from rlobs.app import state
+
+VIEWS = Path(__file__).with_name("views")
+
+st.set_page_config(page_title="rlobs replay", page_icon=":material/flight:", layout="wide")
+
+PAGES = [
+    st.Page(VIEWS / "triage.py", title="Triage", icon=":material/medical_services:", url_path="triage", default=True),
+    st.Page(VIEWS / "timeline.py", title="Timeline", icon=":material/timeline:", url_path="timeline"),
+    st.Page(VIEWS / "weight_sync.py", title="Weight sync", icon=":material/sync:", url_path="weight_sync"),
+    st.Page(VIEWS / "graders.py", title="Graders", icon=":material/rule:", url_path="graders"),
+    st.Page(VIEWS / "samples.py", title="Samples", icon=":material/table_rows:", url_path="samples"),
+    st.Page(VIEWS / "compare.py", title="Compare", icon=":material/compare:", url_path="compare"),
+    st.Page(VIEWS / "runbook.py", title="Runbook", icon=":material/menu_book:", url_path="runbook", visibility="hidden"),
+]
+
+navigation = st.navigation(PAGES)
+state.sidebar()
+navigation.run()
