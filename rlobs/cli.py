@@ -245,6 +245,57 @@ def import_cmd(source: str = typer.Argument(..., help="verl | openrlhf | trl | w
     console.print(f"wrote {out} (report: {out / 'import_report.json'}); next: rlobs doctor {out}", highlight=False)
 
 
+# --- replay: the Streamlit triage and replay app (rlobs.app; streamlit runs in a child process) ---
+@app.command()
+def replay(run: Path = typer.Argument(..., help="run directory"),
+           run2: Path = typer.Argument(None, help="second run directory, for Compare"),
+           port: int = typer.Option(8501, "--port", help="port (0: a free one)"),
+           address: str = typer.Option("127.0.0.1", "--address", help="address to bind (default: loopback only)"),
+           runs_root: Path = typer.Option(None, "--runs-root",
+                                          help="folder the app may open runs from (default: the runs' common parent)")
+           ) -> None:
+    """Open the triage and replay app on the run(s): Streamlit, headless, XSRF protection on."""
+    import importlib.util
+    import os
+    import socket
+    import subprocess
+
+    from rlobs.app import MAIN_SCRIPT, paths
+    from rlobs.store.manifest import RunRecordError, read_manifest
+
+    if importlib.util.find_spec("streamlit") is None:
+        err_console.print("[bold red]error:[/] streamlit is not installed: pip install 'rlobs[app]'")
+        raise typer.Exit(2)
+    runs = [r for r in (run, run2) if r is not None]
+    root = (runs_root or paths.common_root(runs)).resolve()
+    try:
+        confined = [paths.confine(root, r.resolve()) for r in runs]
+        for r in confined:
+            read_manifest(r)
+    except (paths.PathOutsideRoot, RunRecordError) as exc:
+        err_console.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(2) from None
+    if port == 0:
+        with socket.socket() as s:
+            s.bind((address, 0))
+            port = s.getsockname()[1]
+    env = {**os.environ, paths.ENV_ROOT: str(root),
+           paths.ENV_RUNS: os.pathsep.join(paths.relative_name(root, r) for r in confined)}
+    cmd = [sys.executable, "-m", "streamlit", "run", str(MAIN_SCRIPT), "--server.headless", "true",
+           "--server.address", address, "--server.port", str(port), "--server.enableXsrfProtection", "true",
+           "--server.enableCORS", "true", "--server.fileWatcherType", "none", "--server.runOnSave", "false",
+           "--browser.gatherUsageStats", "false", "--global.developmentMode", "false",
+           "--client.toolbarMode", "viewer", "--client.showErrorDetails", "none"]
+    err_console.print(f"rlobs replay: http://{address}:{port}  (runs root {root}; Ctrl-C stops)")
+    proc = subprocess.Popen(cmd, env=env)
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:
+        proc.terminate()
+        code = proc.wait()
+    raise typer.Exit(code)
+
+
 def main() -> None:
     app()
 

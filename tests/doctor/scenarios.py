@@ -69,11 +69,17 @@ def _init(run_dir: Path, component: str, config: dict, hashes: dict | None = Non
                       set_global=False, flush_interval=3600)
 
 
-def build(run_dir: Path, fault: str | None = None, seed: int = 0) -> Path:
-    """Write one scenario's record into ``run_dir`` and return it."""
+def build(run_dir: Path, fault: str | None = None, seed: int = 0, sample_detail: bool = False) -> Path:
+    """Write one scenario's record into ``run_dir`` and return it.
+
+    ``sample_detail`` adds prompt/completion text and per-token log-probs to the rollouts and a
+    ``parity_sample`` per consumed sample (trainer log-probs), from a separate RNG: every other event
+    is identical with or without it."""
     if fault is not None and fault not in FAULTS:
         raise ValueError(f"unknown fault {fault!r}; valid: {', '.join(FAULTS)}")
     rng = random.Random(seed)
+    detail_rng = random.Random(seed * 7919 + 1)
+    gen_logprobs: dict[str, list[float]] = {}
     config = {"mode": "separate_async", "max_staleness": None if fault == "staleness_blowup" else BOUND,
               "group_size": G, "groups_per_step": GROUPS, "fault": fault, "onset_step": ONSET}
     gen_hashes = dict(HASHES, sampling="smp-9999") if fault == "sampling_mismatch" else HASHES
@@ -124,9 +130,10 @@ def build(run_dir: Path, fault: str | None = None, seed: int = 0) -> Path:
                 if hot and fault == "resume_staleness_jump" and step < ONSET + 2:
                     stale = 6
                 tokens = int(min(96, rng.lognormvariate(3.3, 0.6)))
+                text = _sample_text(detail_rng, pid, tokens, sid, gen_logprobs) if sample_detail else {}
                 gen.emit("rollout", sample_id=sid, group_id=gid, prompt_id=pid, dispatch_version=step - stale,
                          completion_tokens=tokens, prompt_tokens=12, finish_reason="length" if tokens >= 96 else "stop",
-                         gen_seconds=rng.uniform(0.2, 0.6))
+                         gen_seconds=rng.uniform(0.2, 0.6), **text)
                 gen.emit("ledger", sample_id=sid, group_id=gid, state="generated", tokens=tokens)
                 latency = 0.05 * rng.uniform(0.7, 1.4)
                 outcome = "ok"
@@ -146,6 +153,13 @@ def build(run_dir: Path, fault: str | None = None, seed: int = 0) -> Path:
             samples = samples[: len(samples) // 2]  # in-flight rollouts lost at the resume
         for sid, gid, stale, tokens in samples:
             tr.emit("ledger", sample_id=sid, group_id=gid, state="consumed", staleness=stale, age_s=0.5, tokens=tokens)
+            if sample_detail:
+                off = 0.03 if hot and fault in ("cache_not_reset", "fingerprint_mismatch", "incomplete_dump", "torn_read") else 0.001
+                gen_lp = gen_logprobs.pop(sid)
+                train_lp = [x + detail_rng.choice((-1.0, 1.0)) * off * detail_rng.uniform(0.5, 1.5) for x in gen_lp]
+                diffs = [abs(a - b) for a, b in zip(gen_lp, train_lp)]
+                tr.emit("parity_sample", sample_id=sid, mean_abs_dlogp=sum(diffs) / len(diffs), max_abs_dlogp=max(diffs),
+                        train_logprobs=train_lp)
         if hot and fault == "resume_repeat" and step == ONSET:
             for sid, gid in consumed_prev:
                 tr.emit("ledger", sample_id=sid, group_id=gid, state="consumed", staleness=1, age_s=0.9)
@@ -223,6 +237,18 @@ def build(run_dir: Path, fault: str | None = None, seed: int = 0) -> Path:
     for rec in procs.all():
         rec.close()
     return run_dir
+
+
+def _sample_text(rng: random.Random, prompt_id: str, tokens: int, sid: str,
+                 store: dict[str, list[float]]) -> dict[str, object]:
+    """Prompt, completion and generator log-probs of one sample (``tokens`` log-probs)."""
+    a, b = rng.randint(2, 99), rng.randint(2, 99)
+    words = ["Let", "me", "add", str(a), "and", str(b), "step", "by", "step", "."]
+    body = " ".join(words[i % len(words)] for i in range(max(tokens - 4, 0)))
+    logprobs = [-abs(rng.gauss(0.4, 0.5)) for _ in range(tokens)]
+    store[sid] = logprobs
+    return {"prompt": f"[{prompt_id}] What is {a} + {b}? Answer with a number.",
+            "completion": f"{body} The answer is {a + b}.", "logprobs": logprobs}
 
 
 def _std(xs: list[float]) -> float:
