@@ -104,7 +104,7 @@ class GraderProbe:
 
     # ---- calls ----------------------------------------------------------------------------------
     def _begin(self, kind: str, sample_id: Any) -> InflightCall:
-        c = InflightCall(next(self._ids), kind, None if sample_id is None else str(sample_id), time.monotonic())
+        c = InflightCall(next(self._ids), str(kind), None if sample_id is None else str(sample_id), time.monotonic())
         with self._lock:
             self._inflight[c.call_id] = c
             self._kinds_seen.add(kind)

@@ -32,7 +32,8 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
-from probes._common import Recorderish, as_list, dumps, recorder_or_global
+from probes._common import Recorderish, as_list, dumps, recorder_or_global, warn_limited
+from rlobs.schema import KINDS
 
 MAD_TO_SIGMA = 1.4826
 
@@ -76,6 +77,24 @@ def _median(sorted_values: list[float]) -> float:
     n = len(sorted_values)
     mid = n // 2
     return sorted_values[mid] if n % 2 else 0.5 * (sorted_values[mid - 1] + sorted_values[mid])
+
+
+_TRAIN_STEP_FIELDS = frozenset(KINDS["train_step"].field_names) | {"policy_version"}
+
+
+def _step_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
+    """Pass-through ``train_step`` fields as plain Python values; unknown names are logged and left out
+    (one typo must not cost the whole step's event)."""
+    out = {}
+    for k, v in fields.items():
+        if k not in _TRAIN_STEP_FIELDS:
+            warn_limited(("train_step", k), "grad-norm probe: %r is not a train_step field; ignored (valid: %s)",
+                         k, ", ".join(sorted(_TRAIN_STEP_FIELDS)))
+            continue
+        if hasattr(v, "item") and getattr(v, "ndim", getattr(v, "dim", lambda: 0)()) == 0:
+            v = v.item()  # torch / numpy scalars
+        out[k] = v
+    return out
 
 
 class SpikeDetector:
@@ -213,7 +232,7 @@ class GradNormProbe:
                 detail["group_ids"] = gids[: self.max_ids]
         result = GradNormResult(norm, nonfinite, spike, score, clipped, after, detail)
         if emit:
-            fields = {**step_fields, **result.fields()}
+            fields = {**_step_fields(step_fields), **result.fields()}
             if step is not None:
                 fields["step"] = step
             recorder_or_global(self._recorder).emit("train_step", **fields)

@@ -104,6 +104,10 @@ class SampleLedger:
             raise ValueError(f"drop reason {reason!r} unknown; valid: {', '.join(DROP_REASONS)}")
         sid = str(sample_id)
         bit = _BIT[state]
+        group_id = None if group_id is None else str(group_id)
+        tokens = None if tokens is None else int(tokens)
+        staleness = None if staleness is None else int(staleness)
+        age_s = None if age_s is None else float(age_s)
         if not self.track:
             fields0: dict[str, Any] = {"sample_id": sid, "group_id": group_id, "state": state, "reason": reason,
                                        "tokens": tokens, "staleness": staleness, "age_s": age_s}

@@ -242,7 +242,8 @@ def record_rollout(sample_id: str, tag: VersionTag, *, group_id: str | None = No
     """Generator side: one ``rollout`` event carrying the dispatch tag, plus the ledger ``generated``
     transition (through ``ledger`` when given, for exactly-once checks)."""
     recorder_or_global(recorder).emit(
-        "rollout", sample_id=str(sample_id), group_id=group_id, prompt_id=prompt_id,
+        "rollout", sample_id=str(sample_id), group_id=None if group_id is None else str(group_id),
+        prompt_id=None if prompt_id is None else str(prompt_id),
         prompt_tokens=None if prompt_tokens is None else int(prompt_tokens),
         completion_tokens=None if completion_tokens is None else int(completion_tokens),
         finish_reason=finish_reason, gen_seconds=None if gen_seconds is None else float(gen_seconds),

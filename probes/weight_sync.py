@@ -308,7 +308,26 @@ class Boundary:
             else:
                 outcome = "ok"
         f.update(boundary=self.name, start_ns=self.start_ns, duration_s=duration, outcome=outcome)
-        return f
+        return _plain(f)
+
+
+_INT_FIELDS = frozenset({"bytes", "retries", "tensors_expected", "tensors_present", "mem_hwm_bytes",
+                         "inflight_aborted", "inflight_resumed", "seq_before", "seq_after"})
+_FLOAT_FIELDS = frozenset({"lock_wait_s", "lock_hold_s", "bandwidth_bps"})
+
+
+def _plain(f: dict[str, Any]) -> dict[str, Any]:
+    """Caller-set values (numpy / torch scalars) as the plain types the schema wants."""
+    for k, v in f.items():
+        if v is None:
+            continue
+        if k in _INT_FIELDS:
+            f[k] = int(v)
+        elif k in _FLOAT_FIELDS:
+            f[k] = float(v)
+        elif k == "torn":
+            f[k] = bool(v)
+    return f
 
 
 class SyncSession:

@@ -104,3 +104,13 @@ def test_detector_state_survives_a_resume():
 def test_bad_detector_settings_rejected():
     with pytest.raises(ValueError, match="warmup"):
         SpikeDetector(window=5, warmup=10)
+
+
+def test_pass_through_fields_are_plain_values_and_a_typo_does_not_cost_the_event(live, caplog):
+    probe = GradNormProbe()
+    probe.observe(grad_norm=torch.tensor(2.5), loss=torch.tensor(0.75), lr=np.float64(1e-4), samples=np.int64(8),
+                  tokenz=123, step=4)
+    assert "'tokenz' is not a train_step field" in caplog.text
+    rec = live.close_and_open()
+    assert rows(rec, "select step, grad_norm, loss, lr, samples, tokens from train_step") == [
+        (4, 2.5, 0.75, 1e-4, 8, None)]
