@@ -152,6 +152,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     report = {
         "benchmark": "probe_costs", "unit": "microseconds per call, median of repeats",
         "repeats": args.repeats, "quick": args.quick, "telemetry_dropped": dropped,
+        "load_average": list(os.getloadavg()),
         "machine": {"python": platform.python_version(), "machine": platform.machine(), "cpus": os.cpu_count()},
         "results": results,
     }
