@@ -9,7 +9,7 @@ configuration mistakes (unknown names), which raise ``ValueError`` listing the v
 Quick start: a plain PyTorch loop with probes (the lines marked ``# +`` are all it takes; a test runs
 this exact example):
 
-    import torch, rlobs, probes
+    import torch, rlobs, probes                                                  # + rlobs, probes
 
     model = torch.nn.Linear(8, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
