@@ -101,11 +101,11 @@ def _number(value: Any) -> float | None:
         return float(value)
     if isinstance(value, (int, float)):
         return float(value)
-    if isinstance(value, str):
-        text = value.strip()
-        if text.lower() in ("nan", "inf", "-inf", "+inf", "infinity", "-infinity"):
-            return float(text)
-        return None
+    if isinstance(value, str):  # console logs print numbers as text ("1.49e-08", "nan")
+        try:
+            return float(value.strip())
+        except ValueError:
+            return None
     return None
 
 
