@@ -30,7 +30,7 @@ def test_sync_calls_outcomes_rewards_and_metrics(live):
     assert live.value("rlobs_grader_calls_total", grader_kind="rule", outcome="error") == 1.0
     assert live.value("rlobs_grader_calls_total", grader_kind="code", outcome="timeout") == 1.0
     assert live.value("rlobs_grader_latency_seconds_count", grader_kind="exact") == 3.0
-    assert live.value("rlobs_grader_queue_wait_seconds_sum", grader_kind="exact") == pytest.approx(0.5, abs=0.05)
+    assert 0.5 <= live.value("rlobs_grader_queue_wait_seconds_sum", grader_kind="exact") < 0.75
     rec = live.close_and_open()
     got = rows(rec, "select sample_id, grader_kind, outcome, reward, error from grader_call order by mono_ns")
     assert got == [("s1", "exact", "ok", 1.0, None), ("s2", "exact", "ok", 0.0, None),
@@ -54,7 +54,7 @@ def test_async_calls_with_timeout(live):
     asyncio.run(main())
     events = live.events("grader_call")
     assert [(e["sample_id"], e["outcome"], e["reward"]) for e in events] == [("a", "ok", 0.75), ("b", "timeout", None)]
-    assert events[1]["latency_s"] == pytest.approx(0.05, abs=0.04)
+    assert 0.05 <= events[1]["latency_s"] < 1.0
 
 
 def test_hung_grader_detected_by_the_watchdog_within_the_deadline(live):
@@ -72,7 +72,7 @@ def test_hung_grader_detected_by_the_watchdog_within_the_deadline(live):
             time.sleep(0.01)
         assert detected, "watchdog never reported the hung call"
         delay = detected[0] - started
-        assert deadline <= delay <= deadline + interval + 0.2  # slack for a loaded 2-core box
+        assert deadline <= delay <= deadline + interval + 0.5  # slack for a loaded 2-core box
         assert [c.sample_id for c in g.overdue_calls] == ["hung"]
         assert live.value("rlobs_grader_overdue_calls", grader_kind="judge") == 1.0
         assert live.value("rlobs_grader_inflight_calls", grader_kind="judge") == 1.0
@@ -96,7 +96,9 @@ def test_reward_wait_share():
     with g.waiting():
         time.sleep(0.1)
     w = g.take_wait()
-    assert w == pytest.approx(0.1, abs=0.04)
+    assert 0.1 <= w < 0.5
     assert g.take_wait() == 0.0
-    share = g.wait_share()
-    assert 0.4 < share < 0.8  # ~0.1 of ~0.15 s
+    assert g.wait_share(now=g._share_origin + 2.0) == pytest.approx(w / 2.0)  # waited w of 2 s
+    assert 0.0 < g.wait_share() < 1.0
+    g.reset_share()
+    assert g.wait_share(now=g._share_origin + 1.0) == 0.0

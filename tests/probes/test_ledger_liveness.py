@@ -126,12 +126,12 @@ def test_background_heartbeat_names_the_stuck_phase(live):
     lv = Liveness(interval_s=0.05).start()
     try:
         with lv.phase("train"):
-            time.sleep(0.3)  # "stuck" in train
+            time.sleep(0.4)  # "stuck" in train
     finally:
         lv.stop()
     beats = live.events("heartbeat")
     stuck = [b for b in beats if b["detail"].startswith("in train for")]
-    assert len(stuck) >= 3
+    assert len(stuck) >= 2
     assert all(b["phase"] == "train" for b in stuck)
 
 

@@ -224,7 +224,7 @@ def test_lock_wait_is_measured_when_a_writer_holds_the_lock():
     def slow_writer() -> None:
         with buf.lock:
             held.set()
-            time.sleep(0.1)
+            time.sleep(0.3)
 
     th = threading.Thread(target=slow_writer)
     th.start()
