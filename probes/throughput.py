@@ -10,6 +10,11 @@ One ``ThroughputMeter`` per side (in the generator process and in the trainer pr
     with gen.sync_bubble(): ...               # time blocked by a weight sync
     gen.tick()                                # emits a ``throughput`` event when the window is over
 
+Effective generator throughput counts only generated samples the trainer later consumed. Call
+``effective()`` where consumption is seen: on the generator's meter in one process, or on a meter in the
+trainer (or buffer) process that counts consumed samples per window; the gap between the generator's
+``samples_per_s`` and the effective rate is throughput spent on samples that were dropped.
+
 Predicted equilibrium staleness (``predict_staleness``), from Little's law. In steady state samples
 are consumed at r = min(generator rate, trainer rate) samples/s. When a sample is dispatched, the
 samples ahead of it in the pipeline are those being generated (r * L, L = mean generation latency)
