@@ -146,20 +146,33 @@ def sync_versions(rec: RunRecord) -> pd.DataFrame:
         GROUP BY version ORDER BY version""")
 
 
-def sync_gantt(rec: RunRecord, versions: list[int]) -> pd.DataFrame:
-    """Bars for the Gantt: ms since the version's first boundary started (start_ns, else ts_ns - duration)."""
+def sync_gantt(rec: RunRecord, versions: tuple[int, ...]) -> pd.DataFrame:
+    """Bars for the Gantt, in ms since the version's first boundary started.
+
+    Boundaries with ``start_ns`` are placed where they ran ("measured"); when a version lacks it, its
+    boundaries are laid end to end in boundary order from their durations ("sequential")."""
+    cols = ["version", "boundary", "outcome", "start_ms", "duration_ms", "end_ms", "layout"]
     if not versions:
-        return pd.DataFrame(columns=["version", "boundary", "start_ms", "end_ms", "duration_ms", "outcome"])
+        return pd.DataFrame(columns=cols)
     df = _df(rec, f"""
-        WITH b AS (
-          SELECT version, boundary, outcome, duration_s,
-                 coalesce(start_ns, ts_ns - CAST(coalesce(duration_s, 0) * 1e9 AS BIGINT)) AS s_ns
-          FROM weight_sync WHERE version IN ({", ".join(str(int(v)) for v in versions)}) AND boundary <> 'end_to_end')
-        SELECT version, boundary, coalesce(outcome, 'ok') AS outcome,
-               (s_ns - min(s_ns) OVER (PARTITION BY version)) / 1e6 AS start_ms, coalesce(duration_s, 0) * 1e3 AS duration_ms
-        FROM b ORDER BY version, s_ns""")
-    df["end_ms"] = df["start_ms"] + df["duration_ms"]
-    return df
+        SELECT version, boundary, coalesce(outcome, 'ok') AS outcome, start_ns, coalesce(duration_s, 0) * 1e3 AS duration_ms,
+               ts_ns FROM weight_sync
+        WHERE version IN ({", ".join(str(int(v)) for v in versions)}) AND boundary <> 'end_to_end'""")
+    order = {b: i for i, b in enumerate(BOUNDARIES)}
+    df["_o"] = df["boundary"].map(order).fillna(len(order))
+    parts = []
+    for _, g in df.sort_values(["version", "_o", "ts_ns"]).groupby("version", sort=True):
+        g = g.copy()
+        if g["start_ns"].notna().all():
+            g["start_ms"] = (g["start_ns"] - g["start_ns"].min()) / 1e6
+            g["layout"] = "measured"
+        else:
+            g["start_ms"] = g["duration_ms"].cumsum() - g["duration_ms"]
+            g["layout"] = "sequential"
+        parts.append(g)
+    out = pd.concat(parts, ignore_index=True) if parts else df.assign(start_ms=[], layout=[])
+    out["end_ms"] = out["start_ms"] + out["duration_ms"]
+    return out[cols].sort_values(["version", "start_ms"], kind="stable").reset_index(drop=True)
 
 
 def sync_detail(rec: RunRecord, version: int) -> pd.DataFrame:

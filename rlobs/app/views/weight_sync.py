@@ -47,7 +47,10 @@ def render(run: RunData) -> None:
     m[4].metric("Cache resets not confirmed", unconfirmed)
     shown = pick_versions(versions)
     if shown:
-        st.altair_chart(charts.gantt(run.q("sync_gantt", tuple(shown))), width="stretch")
+        bars = run.q("sync_gantt", tuple(shown))
+        st.altair_chart(charts.gantt(bars), width="stretch")
+        if (bars["layout"] == "sequential").any():
+            st.caption("Versions without boundary start times (start_ns) are laid out end to end in boundary order.")
         if len(versions) > len(shown):
             st.caption(f"Gantt shows {len(shown)} of {len(versions)} versions in range: every failed one, then the latest.")
     st.subheader("Versions")

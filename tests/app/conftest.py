@@ -1,0 +1,56 @@
+"""Recorded scenarios for the app's tests, under one runs root: healthy, cache_not_reset, hung_grader (with
+prompt/completion text and per-token log-probs), a damaged copy, and a folder with a broken manifest."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.doctor import scenarios
+
+MAIN = Path(__file__).resolve().parents[2] / "rlobs" / "app" / "main.py"
+
+
+@pytest.fixture(scope="session")
+def runs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    scenarios.build(root / "healthy", None, seed=0, sample_detail=True)
+    scenarios.build(root / "cache_not_reset", "cache_not_reset", seed=0, sample_detail=True)
+    scenarios.build(root / "hung_grader", "hung_grader", seed=0, sample_detail=True)
+    damaged = root / "damaged"
+    shutil.copytree(root / "healthy", damaged)
+    victim = sorted((damaged / "events" / "train_step").glob("*.parquet"))[0]
+    victim.write_bytes(victim.read_bytes()[:100])
+    (root / "broken").mkdir()
+    (root / "broken" / "manifest.json").write_text("{not json")
+    return root
+
+
+def app_test(monkeypatch: pytest.MonkeyPatch, root: Path, *runs: str, **params: str):  # noqa: ANN201
+    """An AppTest of the replay app on ``runs`` under ``root`` (as ``rlobs replay`` would start it)."""
+    import os
+
+    from streamlit.testing.v1 import AppTest
+
+    from rlobs.app import paths
+
+    monkeypatch.setenv(paths.ENV_ROOT, str(root))
+    monkeypatch.setenv(paths.ENV_RUNS, os.pathsep.join(runs))
+    at = AppTest.from_file(str(MAIN), default_timeout=60)
+    for k, v in params.items():
+        at.query_params[k] = v
+    return at
+
+
+def texts(at) -> list[str]:  # noqa: ANN001, ANN201
+    return [m.value for m in at.markdown]
+
+
+def metrics(at) -> dict[str, str]:  # noqa: ANN001, ANN201
+    return {m.label: m.value for m in at.metric}
+
+
+def no_failure(at) -> None:  # noqa: ANN001
+    assert not at.exception, [e.value for e in at.exception]
