@@ -50,7 +50,8 @@ class Target:
 
     @property
     def lossless(self) -> bool:
-        return self.op == "value"
+        """The field holds the logged value itself ("int" stores only integral values; others become scalars)."""
+        return self.op in ("value", "int")
 
     def label(self) -> str:
         fixed = ", ".join(f"{k}={v}" for k, v in self.fixed.items())

@@ -46,7 +46,12 @@ class ImportReport:
     def count_nonnumeric(self, name: str, raw: Any) -> None:
         n = self._nonnumeric_counts.get(name, 0) + 1
         self._nonnumeric_counts[name] = n
-        kind = type(raw).__name__ if not isinstance(raw, dict) else f"dict {str(raw.get('_type', ''))}".strip()
+        if isinstance(raw, dict):
+            kind = f"dict {raw.get('_type', '')}".strip()
+        elif type(raw).__name__ == "_Described":
+            kind = str(raw)
+        else:
+            kind = type(raw).__name__
         self.nonnumeric[name] = f"{n} value(s), e.g. {kind}"
 
     def issue(self, where: str, problem: str, detail: str) -> None:

@@ -17,6 +17,10 @@ from rlobs.importers.mapping import MetricRow
 from rlobs.importers.report import ImportFailed, ImportReport
 
 
+class _Described(str):
+    """A label shown as the value's type in the import report."""
+
+
 def event_files(path: Path) -> list[Path]:
     if path.is_dir():
         files = sorted(p for p in path.rglob("*") if p.is_file() and p.name.startswith("events.out.tfevents"))
@@ -90,8 +94,9 @@ def read(path: Path, report: ImportReport) -> list[MetricRow]:
                 continue
             for value in event.summary.value:
                 v = _scalar(value)
-                if v is None:
-                    report.count_nonnumeric(value.tag, value.WhichOneof("value") or "empty")
+                if v is None:  # text, images, histograms: not a scalar
+                    plugin = value.metadata.plugin_data.plugin_name or value.WhichOneof("value") or "empty"
+                    report.count_nonnumeric(value.tag, _Described(f"{plugin} summary"))
                     continue
                 by_step.setdefault(int(event.step), {})[value.tag] = v
                 origin.setdefault(int(event.step), f"{f.name}:record {n}")
