@@ -235,3 +235,15 @@ def test_unknown_metrics_only_become_scalars_with_a_note(tmp_path):
             (1, "my/metric", 1.5, "generic:custom.jsonl"), (2, "my/metric", 3.0, "generic:custom.jsonl")]
     doc = _doctor(tmp_path / "run")
     assert doc["findings"] == [] and "grad-norm-spike" in doc["insufficient_data"]
+
+
+def test_docs_mapping_tables_match_the_code():
+    """docs/importers.md lists every mapped name with its target, per framework section."""
+    text = (Path(__file__).resolve().parents[2] / "docs" / "importers.md").read_text()
+    sections = {"verl": "### verl", "openrlhf": "### OpenRLHF", "trl": "### TRL"}
+    for fw, table in TABLES.items():
+        start = text.index(sections[fw])
+        end = text.find("\n### ", start + 1)
+        body = text[start:end if end > 0 else None]
+        for name, target in table.exact.items():
+            assert f"| `{name}` | `{target.label()}` |" in body, (fw, name)
