@@ -42,7 +42,7 @@ class Config:
     rollout_ttl_s: float = field(default=120.0, metadata={"help": "drop samples older than this at consumption"})
     queue_capacity: int = field(default=32, metadata={"help": "bound of each queue between components, in groups"})
     interrupt: str = field(default="resume", metadata={"help": "on weight update: resume | abort | wait (in-flight requests)"})
-    grader: str = field(default="rule", metadata={"help": "exact | rule | code | judge"})
+    grader: str = field(default="exact", metadata={"help": "exact | rule | code | judge"})
     grader_placement: str = field(default="pool", metadata={"help": "pool (separate Ray actors) | colocated (in the generator)"})
     grader_workers: int = field(default=2, metadata={"help": "grader actors in the pool"})
     grader_timeout_s: float = field(default=5.0, metadata={"help": "per-call grader timeout"})

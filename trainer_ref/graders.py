@@ -133,4 +133,5 @@ class GraderWorker:
             out.append({"sample_id": s["sample_id"], "reward": reward, "outcome": outcome, "latency_s": lat,
                         "queue_wait_s": wait, "error": err})
         telemetry.heartbeat("grade", f"{len(samples)} samples")
+        telemetry.on_phase("grading", time.time() - start)
         return out

@@ -89,6 +89,8 @@ class Orchestrator:
             self.ledger.mark(s["sample_id"], g["group_id"], "dropped", reason=reason, tokens=len(s["completion_ids"]),
                              staleness=staleness, age_s=now - s["t_done"])
         self.dropped[reason] = self.dropped.get(reason, 0) + len(g["samples"])
+        cat = {"ttl": "expired"}.get(reason, reason)
+        telemetry.on_goodput(self.step, cat, sum(len(s["completion_ids"]) for s in g["samples"]), len(g["samples"]))
 
     # ----- consumption, training, sync -------------------------------------------------------
     def admissible(self, g: dict[str, Any]) -> str | None:
@@ -117,15 +119,19 @@ class Orchestrator:
             self.consumed_groups.append(g["group_id"])
         telemetry.set_context(step=self.step, version=self.version)
         with telemetry.span("train_step", step=self.step, version=self.version):
-            out = ray.get(self.trainer.train_step.remote(groups, self.step))
+            out = ray.get(self.trainer.train_step.remote(groups, self.step, data_wait_s))
         n = sum(stal_hist.values())
         telemetry.on_staleness(self.step, samples=n, max_staleness=max(stal_hist), mean_staleness=sum(k * v for k, v in stal_hist.items()) / n,
                                histogram=telemetry.to_json(stal_hist), mean_age_s=sum(ages) / len(ages), max_age_s=max(ages),
                                is_ratio_mean=out["is_ratio_mean"], is_ratio_max=out["is_ratio_max"],
                                is_clipped_ratio=out["is_clipped_ratio"], ess_ratio=out["ess_ratio"])
-        tok = out["tokens"]
-        telemetry.on_goodput(self.step, "effective", tok, n)
-        telemetry.on_train_step(self.step, data_wait_s=data_wait_s)  # driver-side view of the wait
+        flat = [(len(set(s["reward"] for s in g["samples"])) == 1, s) for g in groups for s in g["samples"]]
+        for cat, zero in (("effective", False), ("zero_advantage", True)):
+            sel = [s for z, s in flat if z == zero]
+            telemetry.on_goodput(self.step, cat, sum(len(s["completion_ids"]) for s in sel), len(sel))
+        aborted = sum(s.get("aborted_tokens", 0) for _, s in flat)
+        if aborted:
+            telemetry.on_goodput(self.step, "aborted", aborted, 0)
         self.version = out["version"]
         out.update(staleness_hist=stal_hist, data_wait_s=data_wait_s, wall=time.time())
         self.history.append(out)
@@ -146,6 +152,7 @@ class Orchestrator:
         telemetry.on_sync_boundary(v, "transfer", duration_s=tr_s, bytes=meta["bytes"], outcome="ok",
                                    bandwidth_bps=meta["bytes"] / tr_s if tr_s > 0 else None, retries=0)
         e2e = time.perf_counter() - t0
+        telemetry.on_phase("sync", e2e)
         ok = not rep["mismatched"] and rep["reset_confirmed"]
         telemetry.on_sync_boundary(v, "end_to_end", start_ns=start_ns, duration_s=e2e, bytes=meta["bytes"],
                                    outcome="ok" if ok else "mismatch", fingerprint=meta["digest"],
@@ -157,6 +164,8 @@ class Orchestrator:
 
     def finish_step(self, out: dict[str, Any]) -> None:
         self.step += 1
+        if self.cfg.eval_every and self.step % self.cfg.eval_every == 0 and self.step < self.cfg.steps:
+            out["eval"] = self.evaluate()
         telemetry.on_queue("graded", len(self.buffer), self.cfg.queue_capacity)
         if self.on_step:
             self.on_step(out)

@@ -46,7 +46,7 @@ class Trainer:
         return True
 
     # ----- one optimiser step ----------------------------------------------------------------
-    def train_step(self, groups: list[dict[str, Any]], step: int) -> dict[str, Any]:
+    def train_step(self, groups: list[dict[str, Any]], step: int, data_wait_s: float | None = None) -> dict[str, Any]:
         """One GRPO step over graded groups; the policy version increases by one."""
         t0 = time.perf_counter()
         telemetry.set_context(step=step, version=self.version)
@@ -103,7 +103,6 @@ class Trainer:
         self.version += 1
         n_tok = max(acc["tokens"], 1.0)
         r = torch.tensor([x for g in rewards for x in g], dtype=torch.float64)
-        stal = [step_v - s["dispatch_version"] for s in samples for step_v in [self.version - 1]]
         out = {"step": step, "version": self.version, "loss": acc["loss"], "grad_norm": grad_norm,
                "grad_norm_clipped": min(grad_norm, float(self.cfg["max_grad_norm"])) if not nonfinite else grad_norm,
                "clipped": grad_norm > float(self.cfg["max_grad_norm"]), "nonfinite": nonfinite,
@@ -115,7 +114,7 @@ class Trainer:
                "ess_ratio": (acc["w"] ** 2) / (n_tok * acc["w2"]) if acc["w2"] > 0 else 1.0,
                "mean_abs_dlogp": acc["dl"] / n_tok, "max_abs_dlogp": dl_max,
                "fresh_mean_abs_dlogp": fresh_dl / fresh_tok if fresh_tok else None, "fresh_tokens": int(fresh_tok),
-               "staleness": stal, "token_denominator": token_den, "adv": ast.__dict__}
+               "token_denominator": token_den, "adv": ast.__dict__, "data_wait_s": data_wait_s}
         self._emit(step, out, ast)
         return out
 
@@ -123,6 +122,7 @@ class Trainer:
         telemetry.on_train_step(step, loss=o["loss"], grad_norm=o["grad_norm"], grad_norm_clipped=o["grad_norm_clipped"],
                                 clipped=o["clipped"], nonfinite=o["nonfinite"], lr=o["lr"], samples=o["samples"],
                                 tokens=o["tokens"], step_seconds=o["step_seconds"], reward_mean=o["reward_mean"],
+                                data_wait_s=o["data_wait_s"],
                                 reward_std=o["reward_std"], kl=o["kl"], entropy=o["entropy"])
         telemetry.on_advantage(step, groups=ast.groups, zero_std_groups=ast.zero_std_groups,
                                near_zero_std_groups=ast.near_zero_std_groups, near_zero_threshold=ast.near_zero_threshold,
@@ -132,6 +132,14 @@ class Trainer:
                                denom_max=ast.denom_max, nonfinite_denominators=ast.nonfinite_denominators,
                                token_denominator=o["token_denominator"], ranks_agree=True,
                                rank_denominators=json.dumps([o["token_denominator"]]))
+        telemetry.on_phase("training", o["step_seconds"], o["tokens"])
+        now = time.perf_counter()
+        window = now - getattr(self, "_last_end", now - o["step_seconds"])
+        self._last_end = now
+        telemetry.on_throughput(window_s=window, samples=o["samples"], tokens=o["tokens"],
+                                samples_per_s=o["samples"] / window if window > 0 else None,
+                                tokens_per_s=o["tokens"] / window if window > 0 else None,
+                                idle_ratio=max(0.0, 1 - o["step_seconds"] / window) if window > 0 else None)
         telemetry.on_parity(step, tokens=o["tokens"], mean_abs_dlogp=o["mean_abs_dlogp"], max_abs_dlogp=o["max_abs_dlogp"])
 
     # ----- weight sync, trainer side ---------------------------------------------------------

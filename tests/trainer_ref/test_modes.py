@@ -47,7 +47,12 @@ def test_run_record_has_every_component(stack):
     rec = rlobs.open_run(record)
     comps = {r[0] for r in rec.sql("select distinct component from heartbeat").fetchall()}
     assert {"trainer", "generator", "grader"} <= comps
-    assert rec.sql("select count(*) from train_step where component = 'driver'").fetchall()[0][0] >= STEPS
+    assert rec.sql("select count(*) from train_step where data_wait_s is not null").fetchall()[0][0] >= STEPS
+    assert rec.sql("select count(*) from span where name = 'weight_sync'").fetchall()[0][0] >= STEPS
+    phases = {r[0] for r in rec.sql("select distinct phase from phase").fetchall()}
+    assert {"training", "sync", "grading"} <= phases
+    cats = {r[0] for r in rec.sql("select distinct category from goodput").fetchall()}
+    assert "effective" in cats or "zero_advantage" in cats
     rows = rec.sql("select boundary, count(*) from weight_sync group by 1").fetchall()
     assert {b for b, _ in rows} >= {"dump", "staging", "transfer", "load", "cache_reset", "end_to_end"}
     assert rec.sql("select count(*) from weight_sync where boundary = 'load' and not fingerprint_match").fetchall()[0][0] == 0
