@@ -76,6 +76,7 @@ class RlobsGRPOCallback(TrainerCallback):
         self._model: Any = None
         self._n_funcs = 0  # reward functions given to wrap_reward_funcs / instrument
         self._unwrapped: list[str] = []
+        self._rollout_index: int | None = None  # the wrapped function whose calls also record the rollouts
         self._weights: list[float] | None = None
         self._G = 1
         self._calls: dict[int, dict[int, np.ndarray]] = {}  # step -> func index -> rewards (local batch)
@@ -99,6 +100,8 @@ class RlobsGRPOCallback(TrainerCallback):
             return func
         name = getattr(func, "__name__", f"reward_{index}")
         cb = self
+        if self._rollout_index is None:
+            self._rollout_index = index
 
         if inspect.iscoroutinefunction(func):
             @functools.wraps(func)
@@ -143,7 +146,7 @@ class RlobsGRPOCallback(TrainerCallback):
                 rec.emit("grader_call", step=step, sample_id=f"s{step}-{i}", grader_kind=name, latency_s=per,
                          outcome="ok" if math.isfinite(r) else "skipped", reward=float(r) if math.isfinite(r) else None)
             rec.emit("phase", step=step, phase="grading", seconds=seconds, tokens=None)
-            if index == 0 and step is not None:
+            if index == self._rollout_index and step is not None:
                 self._record_rollouts(step, kwargs)
         except Exception as exc:  # never into training
             log.warning("rlobs TRL callback: rewards not recorded: %s: %s", type(exc).__name__, exc)

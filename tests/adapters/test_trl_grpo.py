@@ -170,3 +170,47 @@ def test_parity_and_is_ratio_come_from_trls_vllm_metrics(tmp_path: Path):
     with rlobs.open_run(tmp_path / "r") as rec:
         report = diagnose(rec, rule_ids=["parity-drift"])
     assert [(f.rule, f.first_step, str(f.severity)) for f in report.findings] == [("parity-drift", 2, "critical")]
+
+
+def test_wrappers_keep_sync_async_and_errors_and_skip_evaluation(tmp_path: Path):
+    """The wrappers as TRL calls them (keyword arguments, trainer_state), on a real recorder."""
+    import asyncio
+
+    from transformers import TrainerState
+
+    from probes.adapters.trl import RlobsGRPOCallback
+
+    rec = rlobs.init(tmp_path / "r", component="trainer", prometheus=False, set_global=False)
+    cb = RlobsGRPOCallback()
+    cb._rec = rec
+
+    async def judge(prompts, completions, **kw):
+        return [0.5 for _ in completions]
+
+    def broken(prompts, completions, **kw):
+        raise RuntimeError("grader down")
+
+    def rule(prompts, completions, **kw):
+        return [None if c == "skip" else 1.0 for c in completions]
+
+    w_judge, w_broken, w_rule = cb.wrap_reward_funcs([judge, broken, rule])
+    assert (w_judge.__name__, w_broken.__name__, w_rule.__name__) == ("judge", "broken", "rule")
+    state = TrainerState(global_step=2)
+    kw = dict(prompts=["p", "p"], completions=["a", "skip"], completion_ids=[[1, 2], [3]], trainer_state=state)
+    assert asyncio.run(w_judge(**kw)) == [0.5, 0.5]
+    with pytest.raises(RuntimeError, match="grader down"):
+        w_broken(**kw)
+    assert w_rule(**kw) == [1.0, None]
+
+    class Evaluating:  # the model object TRL puts in eval mode during evaluation
+        training = False
+
+    cb._model = Evaluating()
+    w_rule(**kw)  # an evaluation batch: not recorded
+    rec.close()
+    with rlobs.open_run(tmp_path / "r") as r:
+        assert r.sql("SELECT step, grader_kind, outcome, reward FROM grader_call ORDER BY grader_kind, sample_id"
+                     ).fetchall() == [(3, "broken", "error", None), (3, "judge", "ok", 0.5), (3, "judge", "ok", 0.5),
+                                      (3, "rule", "ok", 1.0), (3, "rule", "skipped", None)]
+        assert r.sql("SELECT sample_id, group_id, completion_tokens FROM rollout ORDER BY sample_id").fetchall() == [
+            ("s3-0", "s3-g0", 2), ("s3-1", "s3-g1", 1)]
