@@ -257,6 +257,7 @@ def replay(run: Path = typer.Argument(..., help="run directory"),
     """Open the triage and replay app on the run(s): Streamlit, headless, XSRF protection on."""
     import importlib.util
     import os
+    import signal
     import socket
     import subprocess
 
@@ -288,11 +289,22 @@ def replay(run: Path = typer.Argument(..., help="run directory"),
            "--client.toolbarMode", "viewer", "--client.showErrorDetails", "none"]
     err_console.print(f"rlobs replay: http://{address}:{port}  (runs root {root}; Ctrl-C stops)")
     proc = subprocess.Popen(cmd, env=env)
+
+    def _stop(signum: int, frame: Any) -> None:
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, _stop)
     try:
         code = proc.wait()
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # Ctrl-C or SIGTERM: stop the server too, never leave it running
         proc.terminate()
-        code = proc.wait()
+        try:
+            code = proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = proc.wait()
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     raise typer.Exit(code)
 
 

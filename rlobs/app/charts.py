@@ -13,7 +13,12 @@ import altair as alt
 import pandas as pd
 
 MAX_POINTS = 1500
-HEIGHT = 170
+LEGEND = alt.Legend(orient="bottom", direction="horizontal")
+# Streamlit's default autosize "fit" squeezes the legend and title into the height: keep the plot height.
+FIT_X = alt.AutoSizeParams(type="fit-x", contains="padding")
+BOUNDARY_COLORS = alt.Scale(domain=["dump", "staging", "transfer", "load", "cache_reset"],
+                            range=["#4c78a8", "#72b7b2", "#54a24b", "#eeca3b", "#b279a2"])
+HEIGHT = 190
 
 
 def thin(df: pd.DataFrame, keep: str | None = None, max_points: int = MAX_POINTS) -> pd.DataFrame:
@@ -49,15 +54,15 @@ def series_chart(df: pd.DataFrame, y: str | list[str], *, title: str, axis: str,
     yscale = alt.Scale(type="symlog") if log_y else alt.Scale(zero=False)
     base = alt.Chart(thin(df, points))
     if color:
-        line = base.mark_line(point=len(df) <= 60).encode(x, alt.Y(f"{cols[0]}:Q", title=title, scale=yscale),
-                                                        color=alt.Color(f"{color}:N", title=None),
+        line = base.mark_line(point=len(df) <= 60).encode(x, alt.Y(f"{cols[0]}:Q", title=None, scale=yscale),
+                                                        color=alt.Color(f"{color}:N", title=None, legend=LEGEND),
                                                         tooltip=["step", color, cols[0]])
     elif len(cols) == 1:
-        line = base.mark_line(point=len(df) <= 60).encode(x, alt.Y(f"{cols[0]}:Q", title=title, scale=yscale),
+        line = base.mark_line(point=len(df) <= 60).encode(x, alt.Y(f"{cols[0]}:Q", title=None, scale=yscale),
                                                         tooltip=["step", alt.Tooltip(f"{cols[0]}:Q", format=".4g")])
     else:
         line = base.transform_fold(cols, as_=["series", "value"]).mark_line().encode(
-            x, alt.Y("value:Q", title=title, scale=yscale), color=alt.Color("series:N", title=None),
+            x, alt.Y("value:Q", title=None, scale=yscale), color=alt.Color("series:N", title=None, legend=LEGEND),
             tooltip=["step", "series:N", alt.Tooltip("value:Q", format=".4g")])
     layers: list[Any] = [line]
     if points and points in df:
@@ -70,7 +75,7 @@ def series_chart(df: pd.DataFrame, y: str | list[str], *, title: str, axis: str,
             strokeDash=[2, 2], color="#999").encode(y="y:Q", tooltip=["label"]))
     if markers is not None and len(markers):
         layers.append(marker_layer(markers, axis))
-    return alt.layer(*layers).properties(height=height, title=title).resolve_scale(color="independent")
+    return alt.layer(*layers).properties(height=height, title=title, autosize=FIT_X).resolve_scale(color="independent")
 
 
 MARKER_COLORS = alt.Scale(domain=["sync", "sync failed", "incident", "inspected"],
@@ -80,7 +85,7 @@ MARKER_COLORS = alt.Scale(domain=["sync", "sync failed", "incident", "inspected"
 def marker_layer(markers: pd.DataFrame, axis: str) -> alt.Chart:
     xfield = "time:T" if axis == "time" else "step:Q"
     return alt.Chart(markers).mark_rule(strokeWidth=1.5).encode(
-        x=xfield, color=alt.Color("marker:N", scale=MARKER_COLORS, title=None),
+        x=xfield, color=alt.Color("marker:N", scale=MARKER_COLORS, title=None, legend=LEGEND),
         strokeDash=alt.condition(alt.datum.marker == "sync", alt.value([1, 3]), alt.value([])),
         tooltip=["marker", "label", "step"])
 
@@ -91,21 +96,22 @@ def histogram(df: pd.DataFrame, x: str, y: str, *, title: str, color: str | None
                                       scale=alt.Scale(type="log") if log_x else alt.Undefined),
                            "y": alt.Y(f"{y}:Q", title=y), "tooltip": list(df.columns)}
     if color:
-        enc["color"] = alt.Color(f"{color}:N", title=None)
+        enc["color"] = alt.Color(f"{color}:N", title=None, legend=LEGEND)
     mark = alt.Chart(df).mark_bar(opacity=0.8) if not log_x else alt.Chart(df).mark_bar(opacity=0.7, width=6)
-    return mark.encode(**enc).properties(height=height, title=title)
+    return mark.encode(**enc).properties(height=height, title=title, autosize=FIT_X)
 
 
-def gantt(df: pd.DataFrame, *, height_per_version: int = 22) -> alt.Chart:
-    """Boundaries of each version as bars, ms since the version's sync started; failures outlined red."""
+def gantt(df: pd.DataFrame, *, height_per_version: int = 22) -> alt.LayerChart:
+    """Boundaries of each version as bars, ms since the version's sync started; failed boundaries outlined red."""
     versions = df["version"].nunique() if len(df) else 1
-    order = ["dump", "staging", "transfer", "load", "cache_reset"]
-    return alt.Chart(df).mark_bar(height=max(8, height_per_version - 6)).encode(
-        x=alt.X("start_ms:Q", title="ms since the sync started"), x2="end_ms:Q",
-        y=alt.Y("version:O", title="version", sort="ascending"),
-        color=alt.Color("boundary:N", sort=order, scale=alt.Scale(domain=order)),
-        stroke=alt.condition(alt.datum.outcome != "ok", alt.value("#d62728"), alt.value(None)),
-        strokeWidth=alt.value(2),
-        tooltip=["version", "boundary", "outcome", alt.Tooltip("start_ms:Q", format=".2f"),
-                 alt.Tooltip("duration_ms:Q", format=".3f")],
-    ).properties(height=min(900, max(120, versions * height_per_version)), title="Weight-sync boundaries per version")
+    x, x2 = alt.X("start_ms:Q", title="ms since the sync started"), alt.X2("end_ms:Q")
+    y = alt.Y("version:O", title="version", sort="ascending")
+    tooltip = ["version", "boundary", "outcome", alt.Tooltip("start_ms:Q", format=".2f"),
+               alt.Tooltip("duration_ms:Q", format=".3f")]
+    bars = alt.Chart(df).mark_bar(height={"band": 0.7}).encode(
+        x, x2, y, color=alt.Color("boundary:N", scale=BOUNDARY_COLORS, title=None, legend=LEGEND), tooltip=tooltip)
+    failed = alt.Chart(df[df["outcome"] != "ok"]).mark_bar(height={"band": 0.9}, filled=False, stroke="#d62728",
+                                                           strokeWidth=2.5).encode(x, x2, y, tooltip=tooltip)
+    return alt.layer(bars, failed).properties(height=min(900, max(120, versions * height_per_version)),
+                                              title="Weight-sync boundaries per version (failed: red outline)",
+                                              autosize=FIT_X)

@@ -11,7 +11,7 @@ import streamlit as st
 
 from rlobs.app import state
 
-VIEWS = Path(__file__).with_name("views")
+VIEWS = Path(__file__).resolve().with_name("views")
 
 st.set_page_config(page_title="rlobs replay", page_icon=":material/flight:", layout="wide")
 

@@ -33,8 +33,9 @@ def _rows(rec: RunRecord, sql: str, params: list[Any] | None = None) -> list[tup
 
 # ---------- per-step series (Timeline, Compare) ----------
 def step_bounds(rec: RunRecord) -> tuple[int, int] | None:
-    """First and last step of the run (train steps, else any event)."""
-    lo, hi = _rows(rec, "SELECT min(step), max(step) FROM train_step")[0]
+    """First and last step of the run (train steps and rollouts, else any event)."""
+    lo, hi = _rows(rec, "SELECT min(lo), max(hi) FROM (SELECT min(step) lo, max(step) hi FROM train_step "
+                        "UNION ALL SELECT min(step), max(step) FROM rollout)")[0]
     if lo is None:
         lo, hi = _rows(rec, "SELECT min(step), max(step) FROM events WHERE step IS NOT NULL")[0]
     return None if lo is None else (int(lo), int(hi))

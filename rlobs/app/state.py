@@ -8,6 +8,7 @@ changed. ``page(render)`` runs a page and turns any failure into a message, neve
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Callable
 
@@ -110,8 +111,7 @@ def _watch(path: str) -> None:
 def _record_state(run: RunData) -> None:
     if run.error:
         return
-    info = run.info()
-    st.caption(f"**{run.run_id}** · {info['events']:,} events · {len(run.processes)} processes")
+    st.caption(f"**{run.run_id}** · {len(run.processes)} processes · opened {time.strftime('%H:%M:%S', time.localtime(run.opened_at))}")
     if run.still_running:
         st.caption(":orange[a writer is still running: use Refresh or Auto-refresh]")
     if run.problems:

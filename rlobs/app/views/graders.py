@@ -7,7 +7,7 @@ import streamlit as st
 from rlobs.app import charts, state
 from rlobs.app.data import RunData
 
-VIEWS = __import__("pathlib").Path(__file__).parent
+VIEWS = __import__("pathlib").Path(__file__).resolve().parent
 
 
 def render(run: RunData) -> None:

@@ -27,7 +27,7 @@ def render(run: RunData) -> None:
 def state_views():  # noqa: ANN201 - tiny helper, keeps imports local
     from pathlib import Path
 
-    return Path(__file__).parent
+    return Path(__file__).resolve().parent
 
 
 if __name__ == "__main__":

@@ -10,7 +10,7 @@ import streamlit as st
 from rlobs.app import state
 from rlobs.app.data import RunData
 
-VIEWS = Path(__file__).parent
+VIEWS = Path(__file__).resolve().parent
 # doctor concern -> page that shows its evidence
 EVIDENCE_PAGE = {
     "weight_sync": ("weight_sync.py", "Weight sync"), "grader": ("graders.py", "Graders"),
