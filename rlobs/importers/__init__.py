@@ -25,6 +25,7 @@ TABLES: dict[str, MetricTable] = {"verl": verl.TABLE, "openrlhf": openrlhf.TABLE
 FRAMEWORKS = tuple(TABLES)
 SOURCES = ("verl", "openrlhf", "trl", "wandb", "tensorboard")
 GENERIC = MetricTable(framework="generic", exact={})
+FLUSH_EVERY = 50_000
 
 __all__ = ["import_run", "read_rows", "detect_framework", "ImportReport", "ImportFailed", "MetricTable",
            "Target", "TABLES", "FRAMEWORKS", "SOURCES", "REPORT_FILE"]
@@ -115,9 +116,11 @@ def import_run(source: str, path: str | Path, out: str | Path, *, framework: str
     rec = rlobs.init(out, component="trainer", rank=0, name=name or out.name, config=config, prometheus=False,
                      otel=False, set_global=False)
     try:
-        for step, kind, fields in events:
+        for i, (step, kind, fields) in enumerate(events, 1):
             rec.emit(kind, step=step, **fields)
             report.events[kind] = report.events.get(kind, 0) + 1
+            if i % FLUSH_EVERY == 0:  # back-pressure: the recorder's queue is bounded and would drop
+                rec.flush(timeout=120.0)
     finally:
         rec.close()
     dropped = rec.stats()["dropped_total"]

@@ -83,8 +83,21 @@ def _row_from_object(obj: dict[str, Any], origin: str) -> MetricRow:
             if k not in ("data", key):
                 values[f"_{k}" if k in values else k] = v
         return MetricRow(step, values, origin)
-    step, key = pick_step(obj, STEP_KEYS)
-    return MetricRow(step, {k: v for k, v in obj.items() if k != key}, origin)
+    flat = flatten(obj)
+    step, key = pick_step(flat, STEP_KEYS)
+    return MetricRow(step, {k: v for k, v in flat.items() if k != key}, origin)
+
+
+def flatten(obj: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested metric dicts as ``a/b`` names; wandb media / table objects (``_type``) stay whole."""
+    out: dict[str, Any] = {}
+    for k, v in obj.items():
+        name = f"{prefix}{k}"
+        if isinstance(v, dict) and v and "_type" not in v:
+            out.update(flatten(v, f"{name}/"))
+        else:
+            out[name] = v
+    return out
 
 
 def read_jsonl(path: Path, report: ImportReport) -> list[MetricRow]:

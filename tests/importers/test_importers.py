@@ -247,3 +247,13 @@ def test_docs_mapping_tables_match_the_code():
         body = text[start:end if end > 0 else None]
         for name, target in table.exact.items():
             assert f"| `{name}` | `{target.label()}` |" in body, (fw, name)
+
+
+def test_nested_json_metrics_are_flattened_with_slashes(tmp_path):
+    src = tmp_path / "nested.jsonl"
+    src.write_text(json.dumps({"step": 3, "actor": {"grad_norm": 0.7, "pg_loss": 0.1}, "critic": {"score": {"mean": 0.4}},
+                               "sample": {"_type": "table-file", "path": "t.json"}}) + "\n")
+    report = import_run("verl", src, tmp_path / "run")
+    assert report.steps == (3, 3) and report.nonnumeric == {"sample": "1 value(s), e.g. dict table-file"}
+    with rlobs.open_run(tmp_path / "run") as rec:
+        assert rec.sql("SELECT step, grad_norm, loss, reward_mean FROM train_step").fetchall() == [(3, 0.7, 0.1, 0.4)]
