@@ -293,3 +293,29 @@ def test_cross_process_handoff_verifies_the_load_and_joins_the_trace(live):
     assert len(roots) == 2
     (t_trace, t_span, t_parent), (g_trace, _g_span, g_parent) = roots
     assert t_parent is None and g_trace == t_trace and g_parent == t_span
+
+
+def test_sampled_fingerprints_trade_coverage_for_speed(live):
+    big = torch.randn(1024, 1024)  # 4 MiB: sampled as 16 blocks of 4 KiB
+    cap = 64 << 10
+    fp = tensor_fingerprint(big, cap)
+    assert fp == tensor_fingerprint(big.numpy(), cap) != tensor_fingerprint(big)
+    assert tensor_fingerprint(big * 1.0001, cap) != fp  # a rescaled / stale tensor changes every block
+    assert tensor_fingerprint(big.to(torch.bfloat16), cap) != tensor_fingerprint(big.to(torch.float16), cap)
+    head = big.clone()
+    head[0, 0] += 1.0  # the first block is always sampled
+    assert tensor_fingerprint(head, cap) != fp
+    middle = big.clone()
+    middle[500, 500] += 1.0  # between sampled blocks: the documented blind spot
+    assert tensor_fingerprint(middle, cap) == fp
+    small = torch.ones(100)
+    assert tensor_fingerprint(small, cap) == tensor_fingerprint(small)  # small tensors are hashed in full
+
+    probe = WeightSyncProbe(required=(), fingerprint_max_bytes=cap)
+    with probe.sync(1) as s:
+        with s.dump() as b:
+            b.record_state({"w": big})
+        with s.load() as b:
+            b.record_state({"w": big.half().float()})
+    assert s.results["load"]["outcome"] == "mismatch"
+    live.assert_no_drops()
