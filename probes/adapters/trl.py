@@ -36,7 +36,8 @@ import inspect
 import logging
 import math
 import time
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from transformers import TrainerCallback
@@ -157,8 +158,8 @@ class RlobsGRPOCallback(TrainerCallback):
             step = int(state.global_step) + 1 if state is not None else None
             self._recorder().emit("grader_call", step=step, grader_kind=name, latency_s=seconds, outcome="error",
                                   error=f"{type(exc).__name__}: {exc}"[:500])
-        except Exception:
-            pass
+        except Exception as err:
+            log.warning("rlobs TRL callback: reward error not recorded: %s: %s", type(err).__name__, err)
 
     def _record_rollouts(self, step: int, kwargs: dict[str, Any]) -> None:
         prompts = kwargs.get("prompts") or []
@@ -350,4 +351,4 @@ def _text(x: Any) -> str:
     return str(x)
 
 
-__all__ = ["RlobsGRPOCallback", "instrument", "TRL_EPS"]
+__all__ = ["TRL_EPS", "RlobsGRPOCallback", "instrument"]

@@ -27,8 +27,19 @@ SOURCES = ("verl", "openrlhf", "trl", "wandb", "tensorboard")
 GENERIC = MetricTable(framework="generic", exact={})
 FLUSH_EVERY = 50_000
 
-__all__ = ["import_run", "read_rows", "detect_framework", "ImportReport", "ImportFailed", "MetricTable",
-           "Target", "TABLES", "FRAMEWORKS", "SOURCES", "REPORT_FILE"]
+__all__ = [
+    "FRAMEWORKS",
+    "REPORT_FILE",
+    "SOURCES",
+    "TABLES",
+    "ImportFailed",
+    "ImportReport",
+    "MetricTable",
+    "Target",
+    "detect_framework",
+    "import_run",
+    "read_rows",
+]
 
 
 def _trl_state_in(folder: Path) -> Path | None:

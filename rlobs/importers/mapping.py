@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from rlobs.importers.report import ImportReport
 from rlobs.schema import KINDS
@@ -172,7 +173,7 @@ def convert(rows: Iterable[MetricRow], table: MetricTable, report: ImportReport,
             else:
                 fields[target.field] = value
     out: list[tuple[int | None, str, dict[str, Any]]] = []
-    ordered = sorted((s for s in order if s is not None)) + ([None] if None in per_step else [])
+    ordered = sorted(s for s in order if s is not None) + ([None] if None in per_step else [])
     for step in ordered:
         bucket = per_step[step]
         for (kind, _fixed), fields in bucket.events.items():

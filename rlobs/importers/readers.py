@@ -46,7 +46,7 @@ def sniff(path: Path) -> str:
         return "tensorboard"
     text = read_text(path)
     head = text.lstrip()[:200000]
-    if path.suffix == ".json" or head.startswith("{\n") or head.startswith('{"log_history"'):
+    if path.suffix == ".json" or head.startswith(("{\n", '{"log_history"')):
         try:
             obj = json.loads(text)
         except json.JSONDecodeError:

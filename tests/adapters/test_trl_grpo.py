@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("trl")
 torch = pytest.importorskip("torch")
 
-import rlobs  # noqa: E402
+import rlobs
 
 MAX_GRAD_NORM = 0.4
 STEPS = 5

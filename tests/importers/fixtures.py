@@ -95,7 +95,12 @@ def write_trl_state(path: Path, steps: int = 6) -> Path:
 
 def write_trl_console(path: Path, steps: int = 6) -> Path:
     """What transformers' PrinterCallback prints (values formatted with .4g), between progress lines."""
-    from transformers import PrinterCallback, TrainerControl, TrainerState, TrainingArguments
+    from transformers import (
+        PrinterCallback,
+        TrainerControl,
+        TrainerState,
+        TrainingArguments,
+    )
 
     cb, state = PrinterCallback(), TrainerState()
     args = TrainingArguments(output_dir=str(path.parent / "_unused"), report_to=[], use_cpu=True)
