@@ -214,3 +214,31 @@ def test_wrappers_keep_sync_async_and_errors_and_skip_evaluation(tmp_path: Path)
                                       (3, "rule", "ok", 1.0), (3, "rule", "skipped", None)]
         assert r.sql("SELECT sample_id, group_id, completion_tokens FROM rollout ORDER BY sample_id").fetchall() == [
             ("s3-0", "s3-g0", 2), ("s3-1", "s3-g1", 1)]
+
+
+def test_steps_trl_does_not_log_keep_the_measured_post_clip_norm(tmp_path: Path):
+    """logging_steps > 1: no on_log for a step. Unclipped, pre-clip == post-clip; clipped, it is unknown."""
+    from transformers import TrainerControl, TrainerState, TrainingArguments
+
+    from probes.adapters.trl import RlobsGRPOCallback
+
+    model = torch.nn.Linear(4, 1, bias=False)
+    cb = RlobsGRPOCallback(str(tmp_path / "r"))
+    args = TrainingArguments(output_dir=str(tmp_path / "o"), use_cpu=True, report_to=[], max_grad_norm=1.0)
+    state, control = TrainerState(), TrainerControl()
+    cb.on_train_begin(args, state, control, model=model)
+    norms = []
+    for step, scale in ((1, 0.01), (2, 100.0)):
+        cb.on_step_begin(args, state, control)
+        model.zero_grad()
+        (model(torch.ones(1, 4)).sum() * scale).backward()
+        norms.append(float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)))
+        cb.on_pre_optimizer_step(args, state, control, model=model)
+        state.global_step = step
+        cb.on_step_end(args, state, control)
+    cb.on_train_end(args, state, control)
+    with rlobs.open_run(tmp_path / "r") as rec:
+        rows = rec.sql("SELECT step, grad_norm, grad_norm_clipped, clipped FROM train_step ORDER BY step").fetchall()
+    assert norms[0] < 1.0 < norms[1]
+    assert rows[0][:2] == (1, pytest.approx(norms[0])) and rows[0][2] == pytest.approx(norms[0]) and rows[0][3] is False
+    assert rows[1][0] == 2 and rows[1][1] is None and rows[1][2] == pytest.approx(1.0, rel=1e-4)

@@ -257,3 +257,10 @@ def test_nested_json_metrics_are_flattened_with_slashes(tmp_path):
     assert report.steps == (3, 3) and report.nonnumeric == {"sample": "1 value(s), e.g. dict table-file"}
     with rlobs.open_run(tmp_path / "run") as rec:
         assert rec.sql("SELECT step, grad_norm, loss, reward_mean FROM train_step").fetchall() == [(3, 0.7, 0.1, 0.4)]
+
+
+def test_trl_output_folder_with_only_tensorboard_runs(tmp_path):
+    fx.write_tensorboard(tmp_path / "out" / "runs" / "Nov29_09-00-00_host", "trl", steps=4, prefix="train/")
+    report = import_run("trl", tmp_path / "out", tmp_path / "run")
+    assert (report.framework, report.source_format, report.steps) == ("trl", "tensorboard", (1, 4))
+    assert report.mapped["train/frac_reward_zero_std"] == "advantage.zero_std_ratio"
