@@ -23,7 +23,6 @@ import platform
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results" / "app_load.json"
@@ -67,7 +66,7 @@ print(json.dumps({"seconds": dt, **extra}))
 
 
 def _child(run: Path, what: str) -> dict:
-    out = subprocess.run([sys.executable, "-c", _CHILD, str(run.parent), str(run), what], cwd=ROOT,
+    out = subprocess.run([sys.executable, "-c", _CHILD, str(run.parent), str(run), what], cwd=ROOT, check=False,
                          capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
     if out.returncode != 0:
         raise RuntimeError(f"{what} failed:\n{out.stderr[-3000:]}")

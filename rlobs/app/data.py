@@ -15,9 +15,10 @@ import hashlib
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from rlobs.app import queries
 
@@ -67,7 +68,7 @@ class RunData:
             self.record = open_run(self.path)
         except (RunRecordError, OSError, ValueError) as exc:
             self.error = f"{type(exc).__name__}: {exc}"
-        except Exception as exc:  # a damaged file the reader did not anticipate: say so, never crash the app
+        except Exception as exc:  # noqa: BLE001 - a damaged file the reader did not anticipate: say so, never crash
             self.error = f"could not open the record: {type(exc).__name__}: {exc}"
         self.opened_at = time.time()
 

@@ -9,8 +9,9 @@ changed. ``page(render)`` runs a page and turns any failure into a message, neve
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import streamlit as st
 

@@ -21,14 +21,14 @@ def runs_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     scenarios.build(root / "hung_grader", "hung_grader", seed=0, sample_detail=True)
     damaged = root / "damaged"
     shutil.copytree(root / "healthy", damaged)
-    victim = sorted((damaged / "events" / "train_step").glob("*.parquet"))[0]
+    victim = min((damaged / "events" / "train_step").glob("*.parquet"))
     victim.write_bytes(victim.read_bytes()[:100])
     (root / "broken").mkdir()
     (root / "broken" / "manifest.json").write_text("{not json")
     return root
 
 
-def app_test(monkeypatch: pytest.MonkeyPatch, root: Path, *runs: str, **params: str):  # noqa: ANN201
+def app_test(monkeypatch: pytest.MonkeyPatch, root: Path, *runs: str, **params: str):
     """An AppTest of the replay app on ``runs`` under ``root`` (as ``rlobs replay`` would start it)."""
     import os
 
@@ -44,13 +44,13 @@ def app_test(monkeypatch: pytest.MonkeyPatch, root: Path, *runs: str, **params: 
     return at
 
 
-def texts(at) -> list[str]:  # noqa: ANN001, ANN201
+def texts(at) -> list[str]:
     return [m.value for m in at.markdown]
 
 
-def metrics(at) -> dict[str, str]:  # noqa: ANN001, ANN201
+def metrics(at) -> dict[str, str]:
     return {m.label: m.value for m in at.metric}
 
 
-def no_failure(at) -> None:  # noqa: ANN001
+def no_failure(at) -> None:
     assert not at.exception, [e.value for e in at.exception]

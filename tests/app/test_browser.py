@@ -114,7 +114,7 @@ def test_every_page_renders_in_chromium_without_an_exception(replay):
             browser.close()
 
 
-def _settle(page, timeout_s: float = 30.0) -> None:  # noqa: ANN001
+def _settle(page, timeout_s: float = 30.0) -> None:
     """Wait until the script run finished (Streamlit's "Running" status widget is gone) and charts drew."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:

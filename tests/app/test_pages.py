@@ -52,7 +52,7 @@ def test_timeline_on_the_evidence_range_of_a_finding(runs_root, monkeypatch):
     assert m["mean |Δlogp| @ 8"] == "0.03"
     assert m["Grad-norm spikes"] == "0"
     assert len(at.get("vega_lite_chart")) == 8  # reward, grad norm, denominators x2, staleness x2, parity, throughput
-    incidents = [df.value for df in at.dataframe if "fault" in df.value.columns][0]
+    incidents = next(df.value for df in at.dataframe if "fault" in df.value.columns)
     assert incidents["fault"].tolist() == ["cache_not_reset"] and incidents["step"].tolist() == [8]
     at.segmented_control(key="timeline_axis").set_value("wall time").run()
     no_failure(at)
@@ -67,7 +67,7 @@ def test_timeline_marks_a_grad_norm_spike(tmp_path, monkeypatch):
     at.switch_page("views/timeline.py").run()
     no_failure(at)
     assert metrics(at)["Grad-norm spikes"] == "1"
-    spikes = [df.value for df in at.dataframe if "spike_z" in df.value.columns][0]
+    spikes = next(df.value for df in at.dataframe if "spike_z" in df.value.columns)
     assert spikes["step"].tolist() == [8]
 
 

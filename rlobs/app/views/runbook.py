@@ -24,7 +24,7 @@ def render(run: RunData) -> None:
     st.page_link(state_views() / "triage.py", label="Back to Triage", icon=":material/arrow_back:")
 
 
-def state_views():  # noqa: ANN201 - tiny helper, keeps imports local
+def state_views():
     from pathlib import Path
 
     return Path(__file__).resolve().parent

@@ -13,7 +13,7 @@ from rlobs.app.queries import SampleFilter
 PAGE_SIZE = 200
 
 
-def filters(run: RunData) -> SampleFilter:
+def filters(run: RunData) -> tuple[SampleFilter, int]:
     lo, hi = state.step_range(run, "samples")
     c = st.columns(4)
     group = c[0].text_input("Group id (exact, or prefix*)", key="f_group")
@@ -35,14 +35,16 @@ def render(run: RunData) -> None:
     table, total = run.samples_page(f, PAGE_SIZE, (page - 1) * PAGE_SIZE)
     first = (page - 1) * PAGE_SIZE + 1 if total else 0
     st.caption(f"{total:,} samples match · showing {first:,}–{min(total, page * PAGE_SIZE):,}")
-    st.dataframe(table, hide_index=True, key="samples_table",
-                 column_config={"abs_dlogp": st.column_config.NumberColumn("|Δlogp|", format="%.4f"),
-                                "grader_latency_s": st.column_config.NumberColumn(format="%.3f")})
+    picked = st.dataframe(table, hide_index=True, key="samples_table", on_select="rerun", selection_mode="single-row",
+                          column_config={"abs_dlogp": st.column_config.NumberColumn("|Δlogp|", format="%.4f"),
+                                         "grader_latency_s": st.column_config.NumberColumn(format="%.3f")})
     if table.empty:
         return
     ids = table["sample_id"].tolist()
-    wanted = st.query_params.get("sample")
-    sid = st.selectbox("Sample in full", ids, index=ids.index(wanted) if wanted in ids else 0, key=f"sample_pick:{ids[0]}")
+    rows = picked.selection.rows if picked is not None and hasattr(picked, "selection") else []
+    wanted = ids[rows[0]] if rows and rows[0] < len(ids) else st.query_params.get("sample")
+    sid = st.selectbox("Sample in full (or click a row)", ids, index=ids.index(wanted) if wanted in ids else 0,
+                       key=f"sample_pick:{ids[0]}:{wanted}")
     show_sample(run, sid)
 
 

@@ -43,7 +43,7 @@ def render(run: RunData) -> None:
     m[1].metric("Syncs with a failed boundary", len(failed))
     m[2].metric("Median end-to-end", f"{versions['end_to_end_s'].median() * 1e3:.1f} ms" if versions["end_to_end_s"].notna().any() else "—")
     m[3].metric("Slowest transfer", f"{versions['transfer_s'].max() * 1e3:.1f} ms" if versions["transfer_s"].notna().any() else "—")
-    unconfirmed = int((versions["cache_reset_confirmed"] == False).sum())  # noqa: E712 - pandas nullable bool
+    unconfirmed = int((versions["cache_reset_confirmed"] == False).sum())
     m[4].metric("Cache resets not confirmed", unconfirmed)
     shown = pick_versions(versions)
     if shown:
@@ -74,7 +74,8 @@ def render(run: RunData) -> None:
     elif len(row):
         st.success(f"version {version}: every boundary ok")
     cols = [c for c in DETAIL_COLUMNS if c in detail.columns]
-    st.dataframe(detail[cols].set_index("boundary").T.astype(str), key="sync_detail_table")
+    table = detail[cols].set_index("boundary").T.astype(str)
+    st.dataframe(table, key="sync_detail_table", height=35 * (len(table) + 1) + 3)
 
 
 if __name__ == "__main__":
