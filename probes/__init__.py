@@ -32,8 +32,8 @@ Modules:
                  record_rollout, record_queue
     advantage    AdvantageProbe, advantage_health, grpo_advantages, gather_denominators
     gradnorm     GradNormProbe, SpikeDetector, global_grad_norm, group_grad_norms
-    weight_sync  WeightSyncProbe (sync -> dump / staging / transfer / load / cache_reset), StagingBuffer,
-                 tensor_fingerprint, fingerprints
+    weight_sync  WeightSyncProbe (sync -> dump / staging / transfer / load / cache_reset), StagingBuffer
+    fingerprint  tensor_fingerprint, fingerprints, combined_fingerprint, compare_fingerprints
     grader       GraderProbe (call, acall, track, wrap, waiting, watchdog)
     throughput   ThroughputMeter, predict_staleness
     parity       ParityProbe, config_hashes, logprob_parity, parity_status
@@ -54,8 +54,8 @@ from probes.parity import (ParityProbe, ParityStats, chat_template_hash, compare
 from probes.staleness import (BatchStaleness, ISStats, StalenessProbe, VersionTag, importance_stats, record_queue,
                               record_rollout, staleness_of, tag_dispatch)
 from probes.throughput import ThroughputMeter, ThroughputWindow, predict_staleness
-from probes.weight_sync import (BOUNDARIES, StagingBuffer, SyncSession, WeightSyncProbe, combined_fingerprint,
-                                compare_fingerprints, fingerprints, tensor_fingerprint)
+from probes.fingerprint import combined_fingerprint, compare_fingerprints, fingerprints, tensor_fingerprint
+from probes.weight_sync import BOUNDARIES, StagingBuffer, SyncSession, WeightSyncProbe
 
 __all__ = [
     # staleness
