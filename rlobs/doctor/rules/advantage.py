@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Mapping
 
 from rlobs.doctor.context import RunContext, runs_of
@@ -56,6 +57,13 @@ def denominator_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult
     denominator is NaN/Inf/zero."""
     if not ctx.count("advantage"):
         return Insufficient("no advantage events")
+    # a healthy group-normalised advantage reaches sqrt(G-1) (one success among G): scale the limit with G
+    group = ctx.cfg("group_size", "num_generations", "n_samples_per_prompt", "rollout.n")
+    if not isinstance(group, (int, float)) and ctx.count("rollout"):
+        group = ctx.scalar("SELECT median(n) FROM (SELECT count(*) n FROM rollout WHERE group_id IS NOT NULL "
+                           "GROUP BY group_id)")
+    limit = max(th["max_abs_advantage"], 1.5 * math.sqrt(max(float(group or 1) - 1, 0)))
+    th = {**th, "max_abs_advantage": limit}
     rows = ctx.rows("SELECT step, max(max_abs_advantage), sum(coalesce(nonfinite_denominators, 0)), "
                     "sum(coalesce(near_zero_std_groups, 0)), min(denom_min) FROM advantage "
                     f"WHERE step IS NOT NULL{ctx.step_filter()} GROUP BY step ORDER BY step")

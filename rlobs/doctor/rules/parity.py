@@ -20,6 +20,10 @@ def drift(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         "SELECT step, max(mean_abs_dlogp) v, bool_or(coalesce(first_after_sync, false)) FROM parity "
         f"WHERE step IS NOT NULL AND isfinite(mean_abs_dlogp){ctx.step_filter()} GROUP BY step ORDER BY step")]
     if not rows:
+        dprob = ctx.scalar("SELECT count(mean_abs_dprob) FROM parity")
+        if dprob:
+            return Insufficient(f"parity has only probability differences (mean_abs_dprob, {dprob} steps, e.g. "
+                                "verl's rollout_probs_diff_mean); the field thresholds are for log-prob differences")
         return Insufficient("parity events carry no finite mean_abs_dlogp")
     crit = [s for s, v, _ in rows if v > th["critical"]]
     warn = runs_of([s for s, v, _ in rows if v > th["warn"]], int(th["min_steps"]))

@@ -9,8 +9,14 @@ from rlobs.doctor.context import RunContext, json_list
 from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
 
 
-def _needs_sync(ctx: RunContext) -> Insufficient | None:
-    return None if ctx.count("weight_sync") else Insufficient("no weight_sync events (no sync recorded)")
+def _needs_sync(ctx: RunContext, boundary: str | None = None) -> Insufficient | None:
+    """Insufficient unless the record has sync events (of ``boundary``, when given): no rows is not healthy."""
+    if not ctx.count("weight_sync"):
+        return Insufficient("no weight_sync events (no sync recorded)")
+    if boundary is not None and not ctx.scalar(f"SELECT count(*) FROM weight_sync WHERE boundary = '{boundary}'"):
+        have = [r[0] for r in ctx.rows("SELECT DISTINCT boundary FROM weight_sync ORDER BY 1")]
+        return Insufficient(f"no '{boundary}' boundary spans (recorded boundaries: {', '.join(map(str, have))})")
+    return None
 
 
 def _versions(rows: list[tuple]) -> tuple[int, int]:
@@ -36,7 +42,7 @@ SYNC_SYMPTOMS = ("parity-drift", "grad-norm-spike", "staleness-over-bound", "tra
       needs=("weight_sync",), causes=("weight-sync-fingerprint-mismatch", "parity-drift"))
 def incomplete_dump(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Boundary 1: the dump had fewer tensors than expected (or listed missing ones)."""
-    if (miss := _needs_sync(ctx)) is not None:
+    if (miss := _needs_sync(ctx, "dump")) is not None:
         return miss
     rows = ctx.rows("SELECT version, tensors_expected, tensors_present, missing_tensors FROM weight_sync "
                     "WHERE boundary = 'dump' AND (tensors_present < tensors_expected OR "
@@ -65,7 +71,7 @@ def incomplete_dump(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
       needs=("weight_sync",), causes=("weight-sync-fingerprint-mismatch", "parity-drift"))
 def torn_read(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Boundary 2: the staging buffer's sequence number changed during a read (writer raced the reader)."""
-    if (miss := _needs_sync(ctx)) is not None:
+    if (miss := _needs_sync(ctx, "staging")) is not None:
         return miss
     rows = ctx.rows("SELECT version, seq_before, seq_after, lock_wait_s FROM weight_sync WHERE boundary = 'staging' "
                     f"AND (torn OR outcome = 'torn'){ctx.step_filter()} ORDER BY version")
@@ -93,11 +99,18 @@ def slow(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     (and above ``min_seconds``)."""
     if (miss := _needs_sync(ctx)) is not None:
         return miss
+    boundary = "transfer"
     rows = ctx.rows("SELECT version, duration_s, bandwidth_bps, bytes FROM weight_sync WHERE boundary = 'transfer' "
                     f"AND duration_s IS NOT NULL{ctx.step_filter()} ORDER BY version")
     n_base = int(th["baseline_syncs"])
-    if len(rows) <= n_base:
-        return Insufficient(f"{len(rows)} transfers recorded; a baseline needs more than {n_base}")
+    if len(rows) <= n_base:  # imported logs often have only the end-to-end sync time: judge that instead
+        e2e = ctx.rows("SELECT version, duration_s, NULL, NULL FROM weight_sync WHERE boundary = 'end_to_end' "
+                       f"AND duration_s IS NOT NULL{ctx.step_filter()} ORDER BY version")
+        if len(e2e) > n_base:
+            rows, boundary = e2e, "end_to_end"
+        else:
+            return Insufficient(f"{len(rows)} transfer and {len(e2e)} end-to-end sync durations recorded; "
+                                f"a baseline needs more than {n_base}")
     base = statistics.median(r[1] for r in rows[:n_base])
     limit = max(th["ratio"] * base, th["min_seconds"])
     bad = [r for r in rows[n_base:] if r[1] > limit]
@@ -105,13 +118,14 @@ def slow(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         return []
     first, last = _span(ctx, bad)
     worst = max(bad, key=lambda r: r[1])
-    ev = [Evidence("weight_sync[transfer].duration_s", round(worst[1], 4), round(limit, 4),
+    ev = [Evidence(f"weight_sync[{boundary}].duration_s", round(worst[1], 4), round(limit, 4),
                    note=f"baseline median {base:.4f} s over the first {n_base} syncs")]
     if worst[2]:
         ev.append(Evidence("weight_sync[transfer].bandwidth_bps", round(worst[2]), None))
     return [Finding(
         rule="weight-sync-slow", severity=Severity.WARNING,
-        title=f"weight transfer took {worst[1]:.3g} s at v{worst[0]} ({worst[1] / max(base, 1e-9):.0f}x baseline); "
+        title=f"weight {'transfer' if boundary == 'transfer' else 'sync'} took {worst[1]:.3g} s at v{worst[0]} "
+              f"({worst[1] / max(base, 1e-9):.0f}x baseline); "
               f"{len(bad)} slow sync(s)",
         first_step=first, last_step=last, evidence=ev,
         root_cause="the transfer path degraded: object-store spilling, a congested or fallback network path, "
@@ -127,7 +141,7 @@ def slow(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
       needs=("weight_sync",), causes=("parity-drift", "grad-norm-spike"))
 def fingerprint_mismatch(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Boundary 4: per-tensor fingerprints after load differ from those at dump."""
-    if (miss := _needs_sync(ctx)) is not None:
+    if (miss := _needs_sync(ctx, "load")) is not None:
         return miss
     rows = ctx.rows("SELECT version, mismatched_tensors, tensors_expected, tensors_present FROM weight_sync "
                     f"WHERE boundary = 'load' AND (fingerprint_match = false OR outcome = 'mismatch')"
@@ -156,7 +170,7 @@ def fingerprint_mismatch(ctx: RunContext, th: Mapping[str, float]) -> RuleResult
       needs=("weight_sync",), causes=("parity-drift",))
 def cache_not_reset(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Boundary 5: a version was loaded but the engine did not confirm a prefix/KV-cache reset."""
-    if (miss := _needs_sync(ctx)) is not None:
+    if (miss := _needs_sync(ctx, "load")) is not None:
         return miss
     rows = ctx.rows(
         "SELECT l.version, c.reset_requested, c.reset_confirmed FROM "
