@@ -87,7 +87,8 @@ def main(argv: list[str] | None = None) -> dict:
     if not (run / "manifest.json").exists():
         built = make_app_record(run, args.samples)
     result: dict = {"samples": args.samples, "record": built or "reused", "machine": {
-        "python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}}
+        "python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+        "loadavg_1m_before": round(os.getloadavg()[0], 2)}}
     for what in ("data_triage", "data_samples", "apptest_triage", "apptest_samples"):
         runs = [_child(run, what) for _ in range(args.repeats)]
         secs = sorted(r["seconds"] for r in runs)
@@ -97,6 +98,7 @@ def main(argv: list[str] | None = None) -> dict:
             if k in runs[0]:
                 result[what][k] = runs[0][k]
         print(what, result[what], flush=True)
+    result["machine"]["loadavg_1m_after"] = round(os.getloadavg()[0], 2)
     result["target_s"] = 2.0
     result["meets_target"] = {k: result[k]["median_s"] <= 2.0 for k in ("apptest_triage", "apptest_samples")}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)

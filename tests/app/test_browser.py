@@ -53,7 +53,7 @@ def _wait_healthy(url: str, proc: subprocess.Popen, timeout: float = 90.0) -> No
     raise AssertionError("rlobs replay did not become healthy")
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def replay(runs_root):
     pytest.importorskip("streamlit")
     port = _free_port()
@@ -82,6 +82,31 @@ def _group_alive(pgid: int) -> bool:
         return False
     os.killpg(pgid, signal.SIGKILL)  # only the processes this test started (their own session)
     return True
+
+
+def test_replay_listens_on_loopback_only_with_xsrf_on(replay):
+    port = int(replay.rsplit(":", 1)[1])
+    for ip in _other_addresses():
+        with socket.socket() as s:
+            s.settimeout(1)
+            assert s.connect_ex((ip, port)) != 0, f"reachable on {ip}"
+    server = [c for c in _cmdlines() if "streamlit run" in c and f"--server.port {port} " in c]
+    assert server and "--server.enableXsrfProtection true" in server[0] and "--server.address 127.0.0.1" in server[0]
+
+
+def _cmdlines() -> list[str]:
+    out = []
+    for proc in Path("/proc").iterdir():
+        try:
+            out.append((proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"))
+        except OSError:
+            continue
+    return out
+
+
+def _other_addresses() -> list[str]:
+    out = subprocess.run(["hostname", "-I"], capture_output=True, text=True, check=False).stdout.split()
+    return [a for a in out if "." in a and not a.startswith("127.")]
 
 
 def test_every_page_renders_in_chromium_without_an_exception(replay):
