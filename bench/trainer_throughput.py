@@ -27,7 +27,7 @@ WORKLOAD = dict(groups_per_step=8, group_size=8, max_tokens=160, chain_prob=0.3,
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--steps", type=int, default=12)
+    ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--modes", default="sync,colocate_async,separate_async")
     ap.add_argument("--out", default="bench/results/trainer_throughput.json")
     args = ap.parse_args()

@@ -1,8 +1,10 @@
 """Reward graders: exact match, rule-based, sandboxed code execution, and a model judge.
 
 * ``exact``: 1.0 when the number after the last ``#`` equals the answer, else 0.0.
-* ``rule``: R1-style rule reward: the completion must be well formed (``[n,n,...]#answer``) and
-  stopped by the model (not truncated); 1.0 correct, 0.1 well formed but wrong, 0.0 otherwise.
+* ``rule``: rule reward: the completion must be well formed (``[n,n,...]#answer``) and stopped by
+  the model (not truncated), else 0.0; 1.0 when correct; a wrong answer earns a format credit of
+  0.1 plus up to 0.4 for the share of its digits that match the answer's (right-aligned), a dense
+  partial-credit signal in the spirit of R1's format + accuracy rewards.
 * ``code``: the model's answer text is executed as Python inside the bubblewrap sandbox
   (``trainer_ref.sandbox``) against an assertion; 1.0 when the program prints PASS.
 * ``judge``: a small LM served by its own vLLM engine scores the completion: the reward is
@@ -30,10 +32,20 @@ def grade_exact(sample: dict[str, Any]) -> float:
     return 1.0 if extract_answer(sample["completion"]) == sample["answer"] else 0.0
 
 
+def digit_credit(got: int, want: int) -> float:
+    """Share of right-aligned digit positions that agree (length mismatch counts as wrong)."""
+    a, b = str(got)[::-1], str(want)[::-1]
+    n = max(len(a), len(b))
+    return sum(1 for i in range(min(len(a), len(b))) if a[i] == b[i]) / n
+
+
 def grade_rule(sample: dict[str, Any]) -> float:
     if sample.get("finish_reason") != "stop" or not well_formed(sample["completion"]):
         return 0.0
-    return 1.0 if extract_answer(sample["completion"]) == sample["answer"] else 0.1
+    got = extract_answer(sample["completion"])
+    if got == sample["answer"]:
+        return 1.0
+    return 0.1 + 0.4 * digit_credit(got, int(sample["answer"])) if got is not None else 0.0
 
 
 def code_program(sample: dict[str, Any]) -> str:

@@ -38,6 +38,8 @@ class Orchestrator:
         self.evals: list[dict[str, Any]] = []
         self.consumed_groups: list[str] = []
         self.dropped: dict[str, int] = {}
+        self.syncs: list[dict[str, Any]] = []
+        self._pending_sync: Any = None
         self._gi = 0
         self.on_step: Callable[[dict[str, Any]], None] | None = None
 
@@ -137,16 +139,31 @@ class Orchestrator:
         self.history.append(out)
         return out
 
-    def sync_weights(self, interrupt: str | None = None) -> dict[str, Any]:
+    def sync_weights(self, interrupt: str | None = None, wait: bool = True) -> dict[str, Any] | None:
+        """Push the trainer's weights to the generator (stages 1-5). With ``wait=False`` the
+        engine-side stages run while the trainer goes on (at most one sync in flight); the report
+        lands in ``self.syncs`` when ``finish_sync`` collects it."""
         import ray
 
+        self.finish_sync()
         t0 = time.perf_counter()
         start_ns = time.time_ns()
-        with telemetry.span("weight_sync", version=self.version):
-            telemetry.heartbeat("sync", f"v{self.version}")
-            meta = ray.get(self.trainer.sync_out.remote())
-            rep = ray.get(self.gen.update_weights.remote(meta["ref"], meta["version"], meta["fingerprints"],
-                                                         meta["shapes"], interrupt))
+        telemetry.heartbeat("sync", f"v{self.version}")
+        meta = ray.get(self.trainer.sync_out.remote())
+        ref = self.gen.update_weights.remote(meta["ref"], meta["version"], meta["fingerprints"], meta["shapes"],
+                                             interrupt)
+        self._pending_sync = (ref, meta, t0, start_ns)
+        return self.finish_sync() if wait else None
+
+    def finish_sync(self) -> dict[str, Any] | None:
+        import ray
+
+        pending = getattr(self, "_pending_sync", None)
+        if pending is None:
+            return None
+        self._pending_sync = None
+        ref, meta, t0, start_ns = pending
+        rep = ray.get(ref)
         tr_s = meta["put_s"] + rep["transfer_recv_s"]
         v = meta["version"]
         telemetry.on_sync_boundary(v, "transfer", duration_s=tr_s, bytes=meta["bytes"], outcome="ok",
@@ -157,10 +174,13 @@ class Orchestrator:
         telemetry.on_sync_boundary(v, "end_to_end", start_ns=start_ns, duration_s=e2e, bytes=meta["bytes"],
                                    outcome="ok" if ok else "mismatch", fingerprint=meta["digest"],
                                    fingerprint_match=not rep["mismatched"])
+        telemetry.on_span("weight_sync", start_ns, time.time_ns(), "ok" if ok else "error", version=v)
         if rep["mismatched"]:
             raise RuntimeError(f"weight sync v{v}: engine fingerprints differ for {rep['mismatched'][:5]}")
-        return {**rep, "dump_s": meta["dump_s"], "staging_s": meta["staging_s"], "put_s": meta["put_s"],
-                "transfer_s": tr_s, "end_to_end_s": e2e, "bytes": meta["bytes"]}
+        out = {**rep, "dump_s": meta["dump_s"], "staging_s": meta["staging_s"], "put_s": meta["put_s"],
+               "transfer_s": tr_s, "end_to_end_s": e2e, "bytes": meta["bytes"]}
+        self.syncs.append(out)
+        return out
 
     def finish_step(self, out: dict[str, Any]) -> None:
         self.step += 1
@@ -246,7 +266,7 @@ class Orchestrator:
                 res = ray.get(self.grade_async(done))
                 batch += self.attach_rewards(done, res)
             out = self.train_on(batch, time.perf_counter() - t0)
-            out["sync"] = self.sync_weights()
+            self.sync_weights()
             self.finish_step(out)
 
     def _run_colocate_async(self, end: int) -> None:
@@ -270,7 +290,7 @@ class Orchestrator:
                 done = ray.get(pending)  # one-step off-policy: finished under the old weights
                 self.buffer.extend(self.attach_rewards(done, ray.get(self.grade_async(done))))
                 pending = None
-            out["sync"] = self.sync_weights(interrupt="wait")
+            self.sync_weights(interrupt="wait")
             self.finish_step(out)
 
     def _run_separate_async(self, end: int) -> None:
@@ -347,8 +367,10 @@ class Orchestrator:
                     batch.append(g)
                 telemetry.on_queue("graded", graded.qsize(), cap)
                 out = self.train_on(batch, time.perf_counter() - t0)
-                out["sync"] = self.sync_weights()
+                # engine-side stages overlap the next step; the previous sync is collected first
+                self.sync_weights(wait=False)
                 self.finish_step(out)
+            self.finish_sync()
         finally:
             stop.set()
             th.join(timeout=600)

@@ -127,9 +127,8 @@ def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | No
                    "reward_curve": [o["reward_mean"] for o in orch.history],
                    "max_staleness_seen": max((max(o["staleness_hist"]) for o in orch.history), default=0),
                    "staleness_hist": _merge([o["staleness_hist"] for o in orch.history]),
-                   "sync": [{k: o["sync"][k] for k in ("dump_s", "staging_s", "transfer_s", "load_s", "reset_s",
-                                                        "end_to_end_s", "bytes", "aborted", "resumed")}
-                            for o in orch.history],
+                   "sync": [{k: o[k] for k in ("version", "dump_s", "staging_s", "transfer_s", "load_s", "reset_s",
+                                               "end_to_end_s", "bytes", "aborted", "resumed")} for o in orch.syncs],
                    "resumed": bool(resumed), "consumed_groups": orch.consumed_groups,
                    "telemetry_dropped": telemetry.dropped()}
         telemetry.on_throughput(window_s=train_s, samples=consumed, samples_per_s=summary["samples_per_s"],

@@ -47,6 +47,12 @@ def span(name: str, **attributes: Any) -> Iterator[Any]:
         yield sp
 
 
+def on_span(name: str, start_ns: int, end_ns: int, status: str = "ok", **attributes: Any) -> None:
+    """A span that did not run inside one ``with`` block (e.g. a sync that overlaps the next step)."""
+    rlobs.get_recorder().emit("span", name=name, start_ns=start_ns, end_ns=end_ns, status=status,
+                              attributes=to_json(attributes))
+
+
 def on_rollout(s: dict[str, Any], with_text: bool = True) -> None:
     rlobs.get_recorder().emit(
         "rollout", sample_id=s["sample_id"], group_id=s["group_id"], prompt_id=str(s["prompt_idx"]),

@@ -54,7 +54,9 @@ def _s(completion, answer=82, finish="stop"):
 def test_exact_and_rule_graders():
     assert grade_exact(_s("#82")) == 1.0 and grade_exact(_s("#81")) == 0.0 and grade_exact(_s("82")) == 0.0
     assert grade_rule(_s("#82")) == 1.0
-    assert grade_rule(_s("#83")) == 0.1
+    assert grade_rule(_s("#83")) == 0.1 + 0.4 * 0.5  # tens digit right
+    assert grade_rule(_s("#17")) == 0.1
+    assert grade_rule(_s("#182")) == 0.1 + 0.4 * (2 / 3)
     assert grade_rule(_s("8,2#82x")) == 0.0
     assert grade_rule(_s("#82", finish="length")) == 0.0
 
