@@ -44,7 +44,8 @@ def _iso(t: Any) -> str:
 
 def series_chart(df: pd.DataFrame, y: str | list[str], *, title: str, axis: str, domain: tuple[Any, Any],
                  markers: pd.DataFrame | None = None, points: str | None = None, thresholds: list[tuple[float, str]] | None = None,
-                 color: str | None = None, log_y: bool = False, height: int = HEIGHT) -> alt.LayerChart:
+                 color: str | None = None, palette: list[str] | None = None, log_y: bool = False,
+                 height: int = HEIGHT) -> alt.LayerChart:
     """Lines of ``y`` (one column, or several folded into a legend) over step/time, with overlays.
 
     markers: rows with ``step``/``time``, ``label`` and ``marker`` (sync ok / sync failed / incident);
@@ -55,7 +56,8 @@ def series_chart(df: pd.DataFrame, y: str | list[str], *, title: str, axis: str,
     base = alt.Chart(thin(df, points))
     if color:
         line = base.mark_line(point=len(df) <= 60).encode(x, alt.Y(f"{cols[0]}:Q", title=None, scale=yscale),
-                                                        color=alt.Color(f"{color}:N", title=None, legend=LEGEND),
+                                                        color=alt.Color(f"{color}:N", title=None, legend=LEGEND,
+                                                                        scale=alt.Scale(range=palette) if palette else alt.Undefined),
                                                         tooltip=["step", color, cols[0]])
     elif len(cols) == 1:
         line = base.mark_line(point=len(df) <= 60).encode(x, alt.Y(f"{cols[0]}:Q", title=None, scale=yscale),

@@ -54,7 +54,8 @@ def render(run: RunData) -> None:
             if df[column].notna().any():
                 with cols[i % 2]:
                     st.altair_chart(charts.series_chart(df, column, color="run", title=title, axis="step",
-                                                        domain=domain, log_y=log), width="stretch")
+                                                        domain=domain, log_y=log, palette=["#1f77b4", "#ff7f0e"]),
+                                    width="stretch")
     st.subheader("Config diff")
     show_all = st.toggle("Show identical keys too", value=False, key="cfg_all")
     diff = _diff(run, other, show_all)
