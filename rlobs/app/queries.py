@@ -204,10 +204,16 @@ def grader_latency_histogram(rec: RunRecord) -> pd.DataFrame:
 
 
 def grader_by_step(rec: RunRecord) -> pd.DataFrame:
-    return _df(rec, """
+    """Calls, timeouts, errors and p95 latency per step and grader kind. Graders often run outside the
+    trainer's step: a call without a step takes the step of the rollout it graded."""
+    unstepped = _rows(rec, "SELECT count(*) FROM grader_call WHERE step IS NULL")[0][0]
+    source = ("grader_call" if not unstepped else
+              "(SELECT g.* REPLACE (coalesce(g.step, r.step) AS step) FROM grader_call g LEFT JOIN "
+              "(SELECT sample_id, min(step) AS step FROM rollout GROUP BY sample_id) r USING (sample_id))")
+    return _df(rec, f"""
         SELECT step, grader_kind, count(*) AS calls, count(*) FILTER (WHERE outcome = 'timeout') AS timeouts,
                count(*) FILTER (WHERE outcome = 'error') AS errors, quantile_cont(latency_s, 0.95) AS p95_s
-        FROM grader_call WHERE step IS NOT NULL GROUP BY ALL ORDER BY 1, 2""")
+        FROM {source} WHERE step IS NOT NULL GROUP BY ALL ORDER BY 1, 2""")
 
 
 def slowest_calls(rec: RunRecord, n: int = 20, kind: str | None = None) -> pd.DataFrame:

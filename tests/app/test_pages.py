@@ -97,6 +97,7 @@ def test_graders_latency_timeouts_and_slowest_calls(runs_root, monkeypatch):
     assert (m["Grader calls"], m["Timeouts"], m["Errors"]) == ("256", "32", "0")  # first sample of each group, steps 8-15
     summary = at.dataframe[0].value
     assert summary["grader_kind"].tolist() == ["rule"] and summary["timeouts"].tolist() == [32]
+    assert len(at.get("vega_lite_chart")) == 3  # latency distribution, timeouts per step, p95 per step
     slow = at.dataframe[1].value
     assert len(slow) == 20 and set(slow["outcome"]) == {"timeout"} and set(slow["latency_s"]) == {5.0}
     assert slow["step"].min() >= 8 and slow["sample_id"].str.endswith("-0").all()

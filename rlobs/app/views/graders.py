@@ -39,6 +39,8 @@ def render(run: RunData) -> None:
                                                 axis="step", domain=(lo, hi)), width="stretch")
             st.altair_chart(charts.series_chart(by_step, "p95_s", color="grader_kind", title="p95 latency per step (s)",
                                                 axis="step", domain=(lo, hi), log_y=True), width="stretch")
+        else:
+            st.info("no grader calls tied to a step in this range")
     st.subheader("Slowest calls")
     kinds = ["all", *summary["grader_kind"].dropna().astype(str).tolist()]
     kind = st.selectbox("Grader kind", kinds, key="slow_kind")
