@@ -37,7 +37,8 @@ from rlobs.app.data import RunData
 from rlobs.app.queries import SampleFilter
 from streamlit.testing.v1 import AppTest
 from tests.doctor import scenarios
-warm = Path(tempfile.mkdtemp()) / "warm"
+tmp = tempfile.TemporaryDirectory()
+warm = Path(tmp.name) / "warm"
 scenarios.build(warm, "cache_not_reset", seed=0)
 def data_triage(path):
     d = RunData(path); d.report(); d.info(); d.steps()
@@ -62,6 +63,7 @@ if what == "apptest_triage":
 if what == "apptest_samples":
     extra["caption"] = out.caption[0].value
 print(json.dumps({"seconds": dt, **extra}))
+tmp.cleanup()
 '''
 
 

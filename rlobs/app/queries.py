@@ -17,6 +17,9 @@ import pandas as pd
 
 from rlobs.store import RunRecord
 
+# Rollouts from a generator that does not follow the trainer's steps carry no step: place them at their
+# policy version (else dispatch version), which the trainer advances once per step.
+ROLLOUT = "(SELECT * REPLACE (coalesce(step, policy_version, dispatch_version) AS step) FROM rollout)"
 BOUNDARIES = ("dump", "staging", "transfer", "load", "cache_reset", "end_to_end")
 SPIKE_WINDOW = 20
 SPIKE_Z = 6.0
@@ -35,7 +38,7 @@ def _rows(rec: RunRecord, sql: str, params: list[Any] | None = None) -> list[tup
 def step_bounds(rec: RunRecord) -> tuple[int, int] | None:
     """First and last step of the run (train steps and rollouts, else any event)."""
     lo, hi = _rows(rec, "SELECT min(lo), max(hi) FROM (SELECT min(step) lo, max(step) hi FROM train_step "
-                        "UNION ALL SELECT min(step), max(step) FROM rollout)")[0]
+                        f"UNION ALL SELECT min(step), max(step) FROM {ROLLOUT})")[0]
     if lo is None:
         lo, hi = _rows(rec, "SELECT min(step), max(step) FROM events WHERE step IS NOT NULL")[0]
     return None if lo is None else (int(lo), int(hi))
@@ -99,7 +102,7 @@ def staleness_histogram(rec: RunRecord, lo: int, hi: int) -> pd.DataFrame:
             continue
     if counts:
         return pd.DataFrame({"staleness": list(counts), "samples": list(counts.values())}).sort_values("staleness")
-    return _df(rec, "SELECT policy_version - dispatch_version AS staleness, count(*) AS samples FROM rollout "
+    return _df(rec, f"SELECT policy_version - dispatch_version AS staleness, count(*) AS samples FROM {ROLLOUT} "
                     "WHERE dispatch_version IS NOT NULL AND step BETWEEN ? AND ? GROUP BY ALL ORDER BY 1", [lo, hi])
 
 
@@ -209,7 +212,7 @@ def grader_by_step(rec: RunRecord) -> pd.DataFrame:
     unstepped = _rows(rec, "SELECT count(*) FROM grader_call WHERE step IS NULL")[0][0]
     source = ("grader_call" if not unstepped else
               "(SELECT g.* REPLACE (coalesce(g.step, r.step) AS step) FROM grader_call g LEFT JOIN "
-              "(SELECT sample_id, min(step) AS step FROM rollout GROUP BY sample_id) r USING (sample_id))")
+              f"(SELECT sample_id, min(step) AS step FROM {ROLLOUT} GROUP BY sample_id) r USING (sample_id))")
     return _df(rec, f"""
         SELECT step, grader_kind, count(*) AS calls, count(*) FILTER (WHERE outcome = 'timeout') AS timeouts,
                count(*) FILTER (WHERE outcome = 'error') AS errors, quantile_cont(latency_s, 0.95) AS p95_s
@@ -224,7 +227,7 @@ def slowest_calls(rec: RunRecord, n: int = 20, kind: str | None = None) -> pd.Da
                    FROM grader_call {where} ORDER BY latency_s DESC NULLS LAST, sample_id LIMIT {int(n)})
         SELECT c.sample_id, c.grader_kind, c.latency_s, c.queue_wait_s, c.outcome, c.reward, c.error,
                coalesce(r.step, c.grader_step) AS step, r.group_id, r.finish_reason, r.completion_tokens
-        FROM c LEFT JOIN (SELECT * FROM rollout WHERE sample_id IN (SELECT sample_id FROM c)) r USING (sample_id)
+        FROM c LEFT JOIN (SELECT * FROM {ROLLOUT} WHERE sample_id IN (SELECT sample_id FROM c)) r USING (sample_id)
         ORDER BY c.latency_s DESC NULLS LAST, c.sample_id""", params or None)
 
 
@@ -307,15 +310,15 @@ def samples_page(rec: RunRecord, f: SampleFilter, limit: int = 200, offset: int 
     (grader outcome, |Δlogp|, staleness) join everything that passes the rollout filters, then page."""
     where, params = _rollout_where(f)
     if not f.needs_join:
-        total = int(_rows(rec, f"SELECT count(*) FROM rollout WHERE {where}", params)[0][0])
+        total = int(_rows(rec, f"SELECT count(*) FROM {ROLLOUT} WHERE {where}", params)[0][0])
         semi = "sample_id IN (SELECT sample_id FROM r)"
-        sql = (f"WITH r AS (SELECT * FROM rollout WHERE {where} ORDER BY step, sample_id LIMIT {int(limit)} "
+        sql = (f"WITH r AS (SELECT * FROM {ROLLOUT} WHERE {where} ORDER BY step, sample_id LIMIT {int(limit)} "
                f"OFFSET {int(offset)}) SELECT {_COLUMNS} FROM r "
                f"{_JOINED.format(semi='WHERE ' + semi, semi_and='AND ' + semi)} "
                "ORDER BY r.step, r.sample_id")
         return _df(rec, sql, params), total
     jwhere, jparams = _joined_where(f)
-    base = (f"WITH r AS (SELECT * FROM rollout WHERE {where}), j AS (SELECT {_COLUMNS} FROM r "
+    base = (f"WITH r AS (SELECT * FROM {ROLLOUT} WHERE {where}), j AS (SELECT {_COLUMNS} FROM r "
             f"{_JOINED.format(semi='', semi_and='')}) ")
     total = int(_rows(rec, base + f"SELECT count(*) FROM j WHERE {jwhere}", params + jparams)[0][0])
     page = _df(rec, base + f"SELECT * FROM j WHERE {jwhere} ORDER BY step, sample_id LIMIT {int(limit)} "

@@ -116,3 +116,22 @@ def test_streamlit_is_an_optional_dependency_of_the_cli():
     text = src.read_text()
     assert "import streamlit" not in text and '"-m", "streamlit", "run"' in text
     assert '"--server.enableXsrfProtection", "true"' in text and 'address: str = typer.Option("127.0.0.1"' in text
+
+
+def test_rollouts_without_a_step_are_placed_at_their_policy_version(tmp_path):
+    import rlobs
+
+    gen = rlobs.init(tmp_path / "r", component="generator", prometheus=False, set_global=False)
+    for version in (3, 4):
+        gen.set_policy_version(version)
+        for i in range(2):
+            gen.emit("rollout", sample_id=f"s{version}-{i}", group_id=f"g{version}", dispatch_version=version - 1,
+                     finish_reason="stop", completion_tokens=5)
+            gen.emit("grader_call", sample_id=f"s{version}-{i}", grader_kind="exact", latency_s=0.01, outcome="ok",
+                     reward=1.0)
+    gen.close()
+    run = RunData(tmp_path / "r")
+    assert run.steps() == (3, 4)
+    page, total = run.samples_page(queries.SampleFilter(step_lo=4, step_hi=4))
+    assert total == 2 and page["sample_id"].tolist() == ["s4-0", "s4-1"] and page["staleness"].tolist() == [1, 1]
+    assert run.q("grader_by_step")[["step", "calls"]].values.tolist() == [[3, 2], [4, 2]]
