@@ -41,10 +41,10 @@ tmp = tempfile.TemporaryDirectory()
 warm = Path(tmp.name) / "warm"
 scenarios.build(warm, "cache_not_reset", seed=0)
 def data_triage(path):
-    d = RunData(path); d.report(); d.info(); d.steps()
+    d = RunData(path); d.report(); d.steps()
 def data_samples(path):
     d = RunData(path); b = d.steps(); d.q("distinct_values", "rollout", "finish_reason")
-    d.samples_page(SampleFilter(step_lo=b[0], step_hi=b[1]), 200, 0); d.info()
+    d.samples_page(SampleFilter(step_lo=b[0], step_hi=b[1]), 200, 0)
 def apptest(path, page):
     os.environ[paths.ENV_ROOT] = str(Path(path).parent); os.environ[paths.ENV_RUNS] = Path(path).name
     at = AppTest.from_file(os.path.abspath(os.path.join("rlobs", "app", "main.py")), default_timeout=300)
