@@ -153,8 +153,13 @@ def build_smollm2(out_dir: str | os.PathLike[str] | None = None) -> Path:
     gguf = next(pkg.rglob("*.gguf"))
     src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, torch_dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
-    model = LlamaForCausalLM(src.config)
-    model.load_state_dict(src.state_dict(), strict=False)
+    cfg = src.config
+    if hasattr(cfg, "quantization_config"):
+        del cfg.quantization_config  # dequantized: a plain float32 checkpoint
+    model = LlamaForCausalLM(cfg)
+    missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
+    if [k for k in missing if k != "lm_head.weight"] or unexpected:
+        raise RuntimeError(f"GGUF conversion: missing {missing[:5]}, unexpected {unexpected[:5]}")
     out.mkdir(parents=True, exist_ok=True)
     model.to(torch.float32).save_pretrained(out, safe_serialization=True)
     tok.save_pretrained(out)

@@ -84,6 +84,8 @@ def dump_weights(model: Any, version: int, expected: Iterable[str] | None = None
 
     t0 = time.perf_counter()
     state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items()}
+    if getattr(getattr(model, "config", None), "tie_word_embeddings", False):
+        state.pop("lm_head.weight", None)  # tied: the engine holds only the embedding
     missing = sorted(set(expected or ()) - set(state))
     if missing:
         raise RuntimeError(f"dump is missing tensors: {missing[:5]}")

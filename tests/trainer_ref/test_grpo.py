@@ -45,4 +45,4 @@ def test_kl_k3_is_zero_at_reference():
     logp = torch.tensor([[-1.0, -2.0]], requires_grad=True)
     parts = grpo.grpo_loss(logp, logp.detach(), logp.detach(), torch.tensor([0.0]), torch.ones(1, 2), 2.0,
                            ref_logp=logp.detach().clone(), kl_coef=0.1)
-    assert float(parts.loss) == 0.0 and parts.kl == 0.0
+    assert float(parts.loss.detach()) == 0.0 and parts.kl == 0.0
