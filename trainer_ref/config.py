@@ -56,6 +56,9 @@ class Config:
     prometheus: bool = field(default=False, metadata={"help": "serve /metrics from each process"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     stop_after: int = field(default=0, metadata={"help": "stop (as if killed) after this many steps of this invocation (tests)"})
+    fault: str = field(default="", metadata={"help": "injected fault (trainer_ref.faults; empty: none)"})
+    fault_onset: int = field(default=5, metadata={"help": "first step the injected fault affects"})
+    fault_magnitude: float = field(default=0.0, metadata={"help": "strength of the injected fault (0: its default)"})
 
     def __post_init__(self) -> None:
         for name, value, valid in (("mode", self.mode, MODES), ("grader", self.grader, GRADERS),
