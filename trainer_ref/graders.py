@@ -23,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutTimeout
 from typing import Any, Callable
 
-from trainer_ref import telemetry
+from trainer_ref import faults, telemetry
 from trainer_ref.sandbox import run_python
 from trainer_ref.task import extract_answer, well_formed
 
@@ -111,12 +111,14 @@ class GraderWorker:
         if run_dir and init_telemetry:
             telemetry.init_component(run_dir, "grader", rank, config=cfg)
         self.kind, self.timeout_s, self.judge = kind, timeout_s, judge
+        self.fault = faults.from_config(cfg or {})
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="grader")
 
     def ready(self) -> bool:
         return True
 
     def _one(self, sample: dict[str, Any]) -> float:
+        faults.grader_call(self.fault, sample, self.timeout_s)
         if self.kind == "code":
             return grade_code(sample, self.timeout_s)
         if self.kind == "judge":
@@ -144,6 +146,7 @@ class GraderWorker:
             telemetry.on_grader_call(s["sample_id"], self.kind, wait, lat, outcome, reward, err)
             out.append({"sample_id": s["sample_id"], "reward": reward, "outcome": outcome, "latency_s": lat,
                         "queue_wait_s": wait, "error": err})
+        out = faults.rewards(self.fault, samples, out)
         telemetry.heartbeat("grade", f"{len(samples)} samples")
         telemetry.on_phase("grading", time.time() - start)
         return out

@@ -19,7 +19,7 @@ import time
 from collections import deque
 from typing import Any, Callable
 
-from trainer_ref import checkpoint, telemetry
+from trainer_ref import checkpoint, faults, telemetry
 from trainer_ref.config import Config
 from trainer_ref.ledger import Ledger
 from trainer_ref.task import make_problem
@@ -30,6 +30,7 @@ EVAL_SEED_OFFSET = 777_777
 class Orchestrator:
     def __init__(self, cfg: Config, model_dir: str, hashes: dict[str, str], actors: dict[str, Any]) -> None:
         self.cfg, self.model_dir, self.hashes = cfg, model_dir, hashes
+        self.fault = faults.from_config(cfg)
         self.gen, self.trainer, self.graders = actors["generator"], actors["trainer"], actors["graders"]
         self.step, self.version, self.cursor = 0, 0, 0
         self.ledger = Ledger()
@@ -98,7 +99,7 @@ class Orchestrator:
     def admissible(self, g: dict[str, Any]) -> str | None:
         """Why a graded group may not be consumed now (None: it may)."""
         stal = self.version - min(s["dispatch_version"] for s in g["samples"])
-        if stal > self.cfg.max_staleness:
+        if stal > faults.max_staleness(self.fault, self.step, self.cfg.max_staleness):
             return "stale"
         if time.time() - min(s["t_done"] for s in g["samples"]) > self.cfg.rollout_ttl_s:
             return "ttl"
@@ -113,7 +114,7 @@ class Orchestrator:
         for g in groups:
             for s in g["samples"]:
                 st = self.version - s["dispatch_version"]
-                assert 0 <= st <= self.cfg.max_staleness, f"staleness {st} beyond bound"
+                assert 0 <= st <= faults.max_staleness(self.fault, self.step, self.cfg.max_staleness), f"staleness {st} beyond bound"
                 stal_hist[st] = stal_hist.get(st, 0) + 1
                 ages.append(now - s["t_done"])
                 self.ledger.mark(s["sample_id"], g["group_id"], "consumed", tokens=len(s["completion_ids"]),
@@ -175,7 +176,7 @@ class Orchestrator:
                                    outcome="ok" if ok else "mismatch", fingerprint=meta["digest"],
                                    fingerprint_match=not rep["mismatched"])
         telemetry.on_span("weight_sync", start_ns, time.time_ns(), "ok" if ok else "error", version=v)
-        if rep["mismatched"]:
+        if rep["mismatched"] and not faults.tolerate_mismatch(self.fault):
             raise RuntimeError(f"weight sync v{v}: engine fingerprints differ for {rep['mismatched'][:5]}")
         out = {**rep, "dump_s": meta["dump_s"], "staging_s": meta["staging_s"], "put_s": meta["put_s"],
                "transfer_s": tr_s, "end_to_end_s": e2e, "bytes": meta["bytes"]}
@@ -226,7 +227,7 @@ class Orchestrator:
         d = checkpoint.latest(self.cfg.run_dir)
         if d is None:
             return False
-        st = checkpoint.read_state(d)
+        st = faults.resume_state(self.fault, checkpoint.read_state(d), self.cfg.groups_per_step)
         ray.get(self.trainer.load.remote(str(d), st["version"]))
         self.step, self.version, self.cursor = st["step"], st["version"], st["cursor"]
         self.buffer = deque(st["buffer"])
@@ -234,7 +235,8 @@ class Orchestrator:
         self.consumed_groups = list(st["consumed_groups"])
         self.dropped = dict(st["dropped"])
         self.evals = list(st["evals"])
-        self.sync_weights(interrupt="abort")  # the engine serves the restored policy
+        if faults.push_weights_on_resume(self.fault):
+            self.sync_weights(interrupt="abort")  # the engine serves the restored policy
         return True
 
     # ----- modes -----------------------------------------------------------------------------
@@ -311,7 +313,7 @@ class Orchestrator:
             try:
                 while not stop.is_set():
                     with lock:
-                        room = min(max_outstanding - state["in_flight"] - graded.qsize(), B)
+                        room = min(faults.max_outstanding(self.fault, self.step, max_outstanding, cap) - state["in_flight"] - graded.qsize(), B)
                     if room > 0:
                         groups = self.next_groups(room)
                         with lock:

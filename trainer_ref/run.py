@@ -18,7 +18,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from trainer_ref import telemetry
+from trainer_ref import faults, telemetry
 from trainer_ref.config import Config, parse_args
 
 
@@ -105,6 +105,7 @@ def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | No
             ray.get(actors["trainer"].reset.remote(model_dir))
         orch = Orchestrator(cfg, model_dir, hashes, actors)
         resumed = cfg.resume and orch.restore()
+        faults.declare(orch.fault, orch.step if resumed else None)
         if not resumed:
             orch.sync_weights(interrupt="abort")  # generator serves exactly the trainer's v0
         if not orch.evals:

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from trainer_ref import checkpoint, grpo, telemetry, weight_sync
+from trainer_ref import checkpoint, faults, grpo, telemetry, weight_sync
 
 
 class Trainer:
@@ -27,7 +27,7 @@ class Trainer:
             telemetry.init_component(run_dir, "trainer", 0, config=cfg, hashes=hashes,
                                      prometheus=bool(cfg.get("prometheus")))
         torch.manual_seed(int(cfg["seed"]))
-        self.cfg = cfg
+        self.cfg, self.fault, self._prev_dump = cfg, faults.from_config(cfg), None
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.tok = AutoTokenizer.from_pretrained(model_dir)
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
@@ -51,6 +51,7 @@ class Trainer:
         t0 = time.perf_counter()
         telemetry.set_context(step=step, version=self.version)
         telemetry.heartbeat("train", f"step {step}")
+        faults.slow_trainer(self.fault, step)
         rewards = [[s["reward"] for s in g["samples"]] for g in groups]
         advs, ast = grpo.group_advantages(rewards, float(self.cfg["adv_eps"]))
         samples = [s for g in groups for s in g["samples"]]
@@ -78,7 +79,7 @@ class Trainer:
             parts = grpo.grpo_loss(logp, old, gen, adv, mask, token_den, clip_eps=float(self.cfg["clip_eps"]),
                                    tis_cap=float(self.cfg["tis_cap"]), ref_logp=ref,
                                    kl_coef=float(self.cfg.get("kl_coef", 0)), entropy=ent)
-            parts.loss.backward()
+            faults.scale_loss(self.fault, step, parts.loss).backward()
             acc["loss"] += float(parts.loss)
             acc["tokens"] += parts.tokens
             acc["is_sum"] += parts.is_ratio_mean
@@ -146,17 +147,17 @@ class Trainer:
     def sync_out(self, torn_read: bool = False) -> dict[str, Any]:
         """Stages 1 (dump), 2 (staging write + read) and 3a (ray.put); returns what the engine needs."""
         v = self.version
-        dump = weight_sync.dump_weights(self.model, v, self.expected)
+        dump = faults.dump(self.fault, v - 1, weight_sync.dump_weights(self.model, v, self.expected))
         telemetry.on_sync_boundary(v, "dump", duration_s=dump.seconds, bytes=dump.nbytes, outcome="ok",
                                    tensors_expected=len(self.expected), tensors_present=len(dump.names),
                                    fingerprint=dump.digest)
         wait_w, hold_w = self.staging.write(dump)
-        rd = self.staging.read(locked=not torn_read)
+        self._prev_dump, rd = dump, faults.staging_read(self.fault, v - 1, self.staging, dump, self._prev_dump, not torn_read)
         telemetry.on_sync_boundary(v, "staging", duration_s=wait_w + hold_w + rd.lock_wait_s + rd.lock_hold_s,
                                    bytes=rd.dump.nbytes, outcome="torn" if rd.torn else "ok",
                                    lock_wait_s=wait_w + rd.lock_wait_s, lock_hold_s=hold_w + rd.lock_hold_s,
                                    seq_before=rd.seq_before, seq_after=rd.seq_after, torn=rd.torn)
-        ref, put_s = weight_sync.transfer(rd.dump.payload)
+        ref, put_s = faults.transfer(self.fault, v - 1, weight_sync.transfer, rd.dump.payload)
         return {"ref": [ref], "version": v, "fingerprints": rd.dump.fingerprints, "shapes": rd.dump.shapes,
                 "bytes": rd.dump.nbytes, "dump_s": dump.seconds, "staging_s": wait_w + hold_w + rd.lock_hold_s,
                 "put_s": put_s, "digest": rd.dump.digest}
