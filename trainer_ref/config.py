@@ -53,6 +53,7 @@ class Config:
     num_cpus: int = field(default=2, metadata={"help": "CPUs given to ray.init"})
     object_store_mb: int = field(default=256, metadata={"help": "Ray object store size, MiB"})
     kv_cache_gb: int = field(default=1, metadata={"help": "VLLM_CPU_KVCACHE_SPACE, GiB"})
+    probes: bool = field(default=True, metadata={"help": "probe calls on (off: every probe/telemetry call is a no-op)"})
     prometheus: bool = field(default=False, metadata={"help": "serve /metrics from each process"})
     progress: bool = field(default=True, metadata={"help": "show a progress bar"})
     stop_after: int = field(default=0, metadata={"help": "stop (as if killed) after this many steps of this invocation (tests)"})

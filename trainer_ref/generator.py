@@ -67,6 +67,20 @@ class VLLMGenerator:
         self._thread.start()
 
     # ----- API -------------------------------------------------------------------------------
+    def set_run(self, run_dir: str, cfg: dict[str, Any], hashes: dict[str, str] | None = None) -> None:
+        """Reuse this actor for another run: its record and fresh probes (sampling settings unchanged)."""
+        self.fault = faults.from_config(cfg)
+        telemetry.set_run(run_dir, "generator", 0, cfg, faults.generator_hashes(self.fault, hashes, self.cfg),
+                          bool(cfg.get("prometheus")))
+
+    def set_telemetry(self, on: bool) -> None:
+        """Probes on/off in this process (telemetry.set_enabled)."""
+        telemetry.set_enabled(on)
+
+    def parity_hashes(self) -> dict[str, str]:
+        """This side's tokenizer / chat template / sampling hashes (the trainer compares them)."""
+        return telemetry.parity_hashes(self.tok, faults.sampling_cfg(self.fault, self.cfg))
+
     def ready(self) -> bool:
         return True
 

@@ -110,12 +110,33 @@ class GraderWorker:
                  cfg: dict[str, Any] | None = None, judge: Any = None, init_telemetry: bool = True) -> None:
         if run_dir and init_telemetry:
             telemetry.init_component(run_dir, "grader", rank, config=cfg)
+        self.rank = rank
         self.kind, self.timeout_s, self.judge = kind, timeout_s, judge
         self.fault = faults.from_config(cfg or {})
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="grader")
 
     def ready(self) -> bool:
         return True
+
+    def set_run(self, run_dir: str, cfg: dict[str, Any], hashes: dict[str, str] | None = None) -> None:
+        """Reuse this actor for another run: its record and fresh probes."""
+        telemetry.set_run(run_dir, "grader", self.rank, cfg, None, bool(cfg.get("prometheus")))
+        self.fault = faults.from_config(cfg)
+
+    def set_telemetry(self, on: bool) -> None:
+        """Probes on/off in this process (telemetry.set_enabled)."""
+        telemetry.set_enabled(on)
+
+    def _tracked(self, sample: dict[str, Any], submitted_ns: int | None = None) -> float:
+        """One grader call, tracked by the GraderProbe (grader_call event; in flight for the watchdog)."""
+        if not telemetry.enabled():
+            return self._one(sample)
+        t0 = time.perf_counter()
+        with telemetry.probe().grader.track(self.kind, sample_id=sample["sample_id"], submitted_ns=submitted_ns) as h:
+            h.reward = self._one(sample)
+            if time.perf_counter() - t0 > self.timeout_s:  # the caller gave up on it already
+                h.outcome, h.error = "timeout", f"finished after the {self.timeout_s}s timeout"
+        return h.reward
 
     def _one(self, sample: dict[str, Any]) -> float:
         faults.grader_call(self.fault, sample, self.timeout_s)
@@ -132,7 +153,8 @@ class GraderWorker:
         """Returns [{sample_id, reward, outcome, latency_s, queue_wait_s, error}] in input order."""
         start = time.time()
         wait = max(0.0, start - submitted_at) if submitted_at else 0.0
-        futs = [(s, time.perf_counter(), self.pool.submit(self._one, s)) for s in samples]
+        sub_ns = int(submitted_at * 1e9) if submitted_at else None
+        futs = [(s, time.perf_counter(), self.pool.submit(self._tracked, s, sub_ns)) for s in samples]
         out = []
         for s, t0, fut in futs:
             err, reward, outcome = None, None, "ok"
@@ -143,7 +165,6 @@ class GraderWorker:
             except Exception as e:  # grader bug or judge failure: the sample is dropped, not the run
                 outcome, err = "error", f"{type(e).__name__}: {e}"
             lat = time.perf_counter() - t0
-            telemetry.on_grader_call(s["sample_id"], self.kind, wait, lat, outcome, reward, err)
             out.append({"sample_id": s["sample_id"], "reward": reward, "outcome": outcome, "latency_s": lat,
                         "queue_wait_s": wait, "error": err})
         out = faults.rewards(self.fault, samples, out)

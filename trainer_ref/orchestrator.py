@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import math
 import queue
 import threading
 import time
@@ -65,8 +66,19 @@ class Orchestrator:
         self._gi += 1
         return w.grade.remote(samples, time.time())
 
+    def rewards_for(self, groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """Grade and wait for the rewards (the wait is the trainer's reward-wait time)."""
+        import ray
+
+        ref = self.grade_async(groups)
+        with telemetry.probe().grader.waiting():
+            return ray.get(ref)
+
     def attach_rewards(self, groups: list[dict[str, Any]], results: list[dict[str, Any]]) -> list[dict[str, Any]]:
         by_id = {r["sample_id"]: r for r in results}
+        n_gen = sum(len(g["samples"]) for g in groups)
+        self._tp_gen = getattr(self, "_tp_gen", 0) + n_gen
+        telemetry.probe().throughput.produced(n_gen, sum(len(s["completion_ids"]) for g in groups for s in g["samples"]))
         kept = []
         for g in groups:
             ok = []
@@ -92,8 +104,7 @@ class Orchestrator:
             self.ledger.mark(s["sample_id"], g["group_id"], "dropped", reason=reason, tokens=len(s["completion_ids"]),
                              staleness=staleness, age_s=now - s["t_done"])
         self.dropped[reason] = self.dropped.get(reason, 0) + len(g["samples"])
-        cat = {"ttl": "expired"}.get(reason, reason)
-        telemetry.on_goodput(self.step, cat, sum(len(s["completion_ids"]) for s in g["samples"]), len(g["samples"]))
+        telemetry.probe().goodput.add_drop(reason, sum(len(s["completion_ids"]) for s in g["samples"]), len(g["samples"]))
 
     # ----- consumption, training, sync -------------------------------------------------------
     def admissible(self, g: dict[str, Any]) -> str | None:
@@ -121,24 +132,42 @@ class Orchestrator:
                                  staleness=st, age_s=now - s["t_done"])
             self.consumed_groups.append(g["group_id"])
         telemetry.set_context(step=self.step, version=self.version)
+        P = telemetry.probe()
         with telemetry.span("train_step", step=self.step, version=self.version):
-            out = ray.get(self.trainer.train_step.remote(groups, self.step, data_wait_s))
-        n = sum(stal_hist.values())
-        telemetry.on_staleness(self.step, samples=n, max_staleness=max(stal_hist), mean_staleness=sum(k * v for k, v in stal_hist.items()) / n,
-                               histogram=telemetry.to_json(stal_hist), mean_age_s=sum(ages) / len(ages), max_age_s=max(ages),
-                               is_ratio_mean=out["is_ratio_mean"], is_ratio_max=out["is_ratio_max"],
-                               is_clipped_ratio=out["is_clipped_ratio"], ess_ratio=out["ess_ratio"])
+            out = ray.get(self.trainer.train_step.remote(groups, self.step, data_wait_s,
+                                                         reward_wait_s=P.grader.take_wait()))
+        # the staleness event (histogram, ages, importance stats) comes from the trainer's StalenessProbe
         flat = [(len(set(s["reward"] for s in g["samples"])) == 1, s) for g in groups for s in g["samples"]]
-        for cat, zero in (("effective", False), ("zero_advantage", True)):
-            sel = [s for z, s in flat if z == zero]
-            telemetry.on_goodput(self.step, cat, sum(len(s["completion_ids"]) for s in sel), len(sel))
+        gp = telemetry.probe().goodput
+        gp.add_batch([len(s["completion_ids"]) for _, s in flat], zero_advantage=[z for z, _ in flat])
         aborted = sum(s.get("aborted_tokens", 0) for _, s in flat)
         if aborted:
-            telemetry.on_goodput(self.step, "aborted", aborted, 0)
+            gp.add("aborted", aborted, 0)
+        if telemetry.enabled():
+            gp.emit_step(self.step)
+            self._tick_throughput(flat, out)
         self.version = out["version"]
         out.update(staleness_hist=stal_hist, data_wait_s=data_wait_s, wall=time.time())
         self.history.append(out)
         return out
+
+    def _tick_throughput(self, flat: list[tuple[bool, dict[str, Any]]], out: dict[str, Any]) -> None:
+        """Generator-side window seen from the driver: produced vs consumed (effective) samples, sync
+        bubbles, and the staleness the generator and trainer rates predict."""
+        from probes import predict_staleness
+
+        tp = telemetry.probe().throughput
+        tp.effective(len(flat))
+        now = time.perf_counter()
+        window = now - getattr(self, "_tp_t", now - max(out["step_seconds"], 1e-9))
+        self._tp_t = now
+        gen_sps = getattr(self, "_tp_gen", 0) / window if window > 0 else 0.0
+        lat = sum(s["gen_seconds"] for _, s in flat) / max(len(flat), 1)
+        pred = predict_staleness(gen_sps, len(flat) / max(out["step_seconds"], 1e-9), len(flat),
+                                 generation_latency_s=lat, queue_capacity=self.cfg.queue_capacity * self.cfg.group_size,
+                                 max_staleness=self.cfg.max_staleness)
+        tp.tick(predicted_staleness=pred if math.isfinite(pred) else None, force=True)
+        self._tp_gen = 0
 
     def sync_weights(self, interrupt: str | None = None, wait: bool = True) -> dict[str, Any] | None:
         """Push the trainer's weights to the generator (stages 1-5). With ``wait=False`` the
@@ -150,7 +179,8 @@ class Orchestrator:
         t0 = time.perf_counter()
         start_ns = time.time_ns()
         telemetry.heartbeat("sync", f"v{self.version}")
-        meta = ray.get(self.trainer.sync_out.remote())
+        with telemetry.probe().throughput.sync_bubble():
+            meta = ray.get(self.trainer.sync_out.remote())
         ref = self.gen.update_weights.remote(meta["ref"], meta["version"], meta["fingerprints"], meta["shapes"],
                                              interrupt)
         self._pending_sync = (ref, meta, t0, start_ns)
@@ -164,7 +194,8 @@ class Orchestrator:
             return None
         self._pending_sync = None
         ref, meta, t0, start_ns = pending
-        rep = ray.get(ref)
+        with telemetry.probe().throughput.sync_bubble():
+            rep = ray.get(ref)
         tr_s = meta["put_s"] + rep["transfer_recv_s"]
         v = meta["version"]
         telemetry.on_sync_boundary(v, "transfer", duration_s=tr_s, bytes=meta["bytes"], outcome="ok",
@@ -244,6 +275,7 @@ class Orchestrator:
         end = steps if not stop_after else min(steps, self.step + stop_after)
         getattr(self, "_run_" + self.cfg.mode)(end)
 
+
     def _take_from_buffer(self, k: int) -> list[dict[str, Any]]:
         batch = []
         while self.buffer and len(batch) < k:
@@ -265,7 +297,7 @@ class Orchestrator:
             while len(batch) < B:
                 with telemetry.span("generate", step=self.step):
                     done = ray.get(self.gen.generate.remote(self.next_groups(B - len(batch))))
-                res = ray.get(self.grade_async(done))
+                res = self.rewards_for(done)
                 batch += self.attach_rewards(done, res)
             out = self.train_on(batch, time.perf_counter() - t0)
             self.sync_weights()
@@ -281,7 +313,7 @@ class Orchestrator:
             batch = self._take_from_buffer(B)
             if len(batch) < B:
                 done = ray.get(pending) if pending is not None else ray.get(self.gen.generate.remote(self.next_groups(B)))
-                batch += self.attach_rewards(done, ray.get(self.grade_async(done)))
+                batch += self.attach_rewards(done, self.rewards_for(done))
                 pending = None
             wait = time.perf_counter() - t0
             if self.step + 1 < end:  # next batch generates with the current weights while we train
@@ -290,7 +322,7 @@ class Orchestrator:
             self.buffer.extend(batch[B:])
             if pending is not None:
                 done = ray.get(pending)  # one-step off-policy: finished under the old weights
-                self.buffer.extend(self.attach_rewards(done, ray.get(self.grade_async(done))))
+                self.buffer.extend(self.attach_rewards(done, self.rewards_for(done)))
                 pending = None
             self.sync_weights(interrupt="wait")
             self.finish_step(out)

@@ -16,7 +16,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from trainer_ref import faults, telemetry
 from trainer_ref.config import Config, parse_args
@@ -84,8 +84,10 @@ def stop_actors(actors: dict[str, Any]) -> None:
                 pass
 
 
-def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | None = None) -> dict[str, Any]:
-    """Run ``cfg``; reuses ``actors`` when given (tests), else starts and stops its own."""
+def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | None = None,
+          on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
+    """Run ``cfg``; reuses ``actors`` when given (tests), else starts and stops its own. ``on_step`` is
+    called with each step's result while every process is still up (tests scrape /metrics there)."""
     import ray
 
     from trainer_ref.model_build import tokenizer_hash
@@ -103,6 +105,10 @@ def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | No
             actors = start_actors(cfg, model_dir, hashes)
         else:
             ray.get(actors["trainer"].reset.remote(model_dir))
+            ray.get([a.set_run.remote(cfg.run_dir, cfg.to_dict(), hashes) for a in _telemetry_actors(actors)])
+        set_probes(actors, cfg.probes)
+        # parity: the generator's tokenizer / chat template / sampling hashes go to the trainer's ParityProbe
+        ray.get(actors["trainer"].set_generator_hashes.remote(actors["generator"].parity_hashes.remote()))
         orch = Orchestrator(cfg, model_dir, hashes, actors)
         resumed = cfg.resume and orch.restore()
         faults.declare(orch.fault, orch.step if resumed else None)
@@ -111,7 +117,7 @@ def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | No
         if not orch.evals:
             orch.evaluate()
         bar = _progress(cfg, orch.step)
-        orch.on_step = lambda out: bar(out)
+        orch.on_step = lambda out: (bar(out), on_step(out) if on_step else None)
         t_train = time.time()
         orch.run(cfg.steps, cfg.stop_after)
         train_s = time.time() - t_train
@@ -140,6 +146,20 @@ def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | No
         if own and actors is not None:
             stop_actors(actors)
         telemetry.shutdown()
+
+
+def _telemetry_actors(actors: dict[str, Any]) -> list[Any]:
+    """Generator, trainer and pooled graders (a colocated grader lives in the generator)."""
+    out = [actors["generator"], actors["trainer"]]
+    return out + [g for g in actors["graders"] if g is not actors["generator"]]
+
+
+def set_probes(actors: dict[str, Any], on: bool) -> None:
+    """Turn every probe call on or off in the driver and all actors (the overhead bench alternates)."""
+    import ray
+
+    telemetry.set_enabled(on)
+    ray.get([a.set_telemetry.remote(on) for a in _telemetry_actors(actors)])
 
 
 def _merge(hists: list[dict[int, int]]) -> dict[int, int]:

@@ -1,7 +1,9 @@
-"""Every telemetry call of the reference trainer, in one module.
+"""Every telemetry call of the reference trainer, in one module, and the process's probe objects.
 
-Thin functions over ``rlobs.get_recorder().emit(...)`` with the schema's kinds, so the trainer's
-instrumentation can be swapped for the probes package in one place. All of them are no-ops before
+``probe()`` returns this process's ``Probes`` (GradNormProbe, AdvantageProbe, ParityProbe,
+StalenessProbe, GraderProbe, ThroughputMeter, GoodputAccount, Liveness), all sending through one
+switchable recorder: ``set_enabled(False)`` turns every probe call and every thin ``on_*`` function
+into a NoopRecorder call (the overhead bench toggles it per step). All of them are no-ops before
 ``init_component`` runs in the process (the recorder is a ``NoopRecorder``) and never raise.
 """
 
@@ -13,14 +15,104 @@ from typing import Any, Iterator
 
 import rlobs
 
+_NOOP = rlobs.NoopRecorder()
+_on = [True]
+
+
+def set_enabled(on: bool) -> None:
+    """Probes and telemetry on (default) or off (every emit goes to a NoopRecorder)."""
+    _on[0] = bool(on)
+
+
+def enabled() -> bool:
+    return _on[0]
+
+
+def _rec() -> Any:
+    return rlobs.get_recorder() if _on[0] else _NOOP
+
+
+class _Switch:
+    """A recorder that forwards to the process's recorder, or to a NoopRecorder while disabled."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(rlobs.get_recorder() if _on[0] else _NOOP, name)
+
+
+SWITCH = _Switch()
+
+
+class Probes:
+    """The probe objects of one process (built lazily from the trainer config by ``probe()``)."""
+
+    def __init__(self, cfg: dict[str, Any]) -> None:
+        import probes as P
+
+        self.cfg = cfg
+        self.grad = P.GradNormProbe(SWITCH, max_norm=float(cfg.get("max_grad_norm", 1.0)))
+        self.adv = P.AdvantageProbe(SWITCH, eps=float(cfg.get("adv_eps", 1e-4)), ddof=0)
+        self.parity = P.ParityProbe(SWITCH)
+        self.staleness = P.StalenessProbe(SWITCH, max_staleness=int(cfg.get("max_staleness", 2)),
+                                          ttl_s=float(cfg.get("rollout_ttl_s", 120.0)),
+                                          is_cap=float(cfg.get("tis_cap", 2.0)) or 2.0)
+        self.goodput = P.GoodputAccount(SWITCH)
+        self.liveness = P.Liveness(SWITCH)
+        self.throughput = P.ThroughputMeter(SWITCH, window_s=0.0)
+        self._grader: Any = None
+
+    @property
+    def grader(self) -> Any:
+        """GraderProbe with its in-flight watchdog (started on first use: grader processes only)."""
+        if self._grader is None:
+            import probes as P
+
+            self._grader = P.GraderProbe(SWITCH, deadline_s=2 * float(self.cfg.get("grader_timeout_s", 5.0)),
+                                         interval_s=1.0)
+        return self._grader
+
+    def close(self) -> None:
+        if self._grader is not None:
+            self._grader.close()
+            self._grader = None
+
+
+_probes: list[Probes | None] = [None]
+
+
+def probe(cfg: dict[str, Any] | None = None) -> Probes:
+    """This process's probes (created on first call; ``cfg`` sets thresholds the first time)."""
+    if _probes[0] is None:
+        _probes[0] = Probes(dict(cfg or {}))
+    return _probes[0]
+
 
 def init_component(run_dir: str, component: str, rank: int = 0, *, config: dict[str, Any] | None = None,
                    hashes: dict[str, str] | None = None, prometheus: bool = False) -> Any:
-    """rlobs.init for this process (driver, trainer, generator, grader)."""
+    """rlobs.init for this process (driver, trainer, generator, grader); fresh probes from ``config``."""
+    if _probes[0] is not None:
+        _probes[0].close()
+    _probes[0] = Probes(dict(config or {}))
     return rlobs.init(run_dir, component=component, rank=rank, config=config, hashes=hashes, prometheus=prometheus)
 
 
+def set_run(run_dir: str, component: str, rank: int, config: dict[str, Any], hashes: dict[str, str] | None = None,
+            prometheus: bool = False) -> None:
+    """Point a reused actor's recorder (and fresh probes) at another run directory."""
+    init_component(run_dir, component, rank, config=config, hashes=hashes, prometheus=prometheus)
+
+
+def parity_hashes(tokenizer: Any, cfg: dict[str, Any]) -> dict[str, str]:
+    """probes.config_hashes of one side: tokenizer, chat template and sampling parameters."""
+    import probes as P
+
+    return P.config_hashes(tokenizer=tokenizer, chat_template=getattr(tokenizer, "chat_template", None),
+                           sampling={"temperature": float(cfg.get("temperature", 1.0)),
+                                     "max_tokens": int(cfg.get("max_tokens", 0))})
+
+
 def shutdown() -> None:
+    if _probes[0] is not None:
+        _probes[0].close()
     rlobs.shutdown()
 
 
@@ -38,23 +130,23 @@ def set_context(step: int | None = None, version: int | None = None) -> None:
 
 
 def heartbeat(phase: str, detail: str = "") -> None:
-    rlobs.get_recorder().heartbeat(phase, detail)
+    probe().liveness.beat(phase, detail)
 
 
 @contextlib.contextmanager
 def span(name: str, **attributes: Any) -> Iterator[Any]:
-    with rlobs.get_recorder().span(name, **attributes) as sp:
+    with _rec().span(name, **attributes) as sp:
         yield sp
 
 
 def on_span(name: str, start_ns: int, end_ns: int, status: str = "ok", **attributes: Any) -> None:
     """A span that did not run inside one ``with`` block (e.g. a sync that overlaps the next step)."""
-    rlobs.get_recorder().emit("span", name=name, start_ns=start_ns, end_ns=end_ns, status=status,
+    _rec().emit("span", name=name, start_ns=start_ns, end_ns=end_ns, status=status,
                               attributes=to_json(attributes))
 
 
 def on_rollout(s: dict[str, Any], with_text: bool = True) -> None:
-    rlobs.get_recorder().emit(
+    _rec().emit(
         "rollout", sample_id=s["sample_id"], group_id=s["group_id"], prompt_id=str(s["prompt_idx"]),
         dispatch_version=s["dispatch_version"], min_token_version=s["min_token_version"],
         max_token_version=s["max_token_version"], prompt_tokens=len(s["prompt_ids"]),
@@ -65,55 +157,55 @@ def on_rollout(s: dict[str, Any], with_text: bool = True) -> None:
 
 def on_grader_call(sample_id: str, grader_kind: str, queue_wait_s: float, latency_s: float, outcome: str,
                    reward: float | None, error: str | None = None) -> None:
-    rlobs.get_recorder().emit("grader_call", sample_id=sample_id, grader_kind=grader_kind, queue_wait_s=queue_wait_s,
+    _rec().emit("grader_call", sample_id=sample_id, grader_kind=grader_kind, queue_wait_s=queue_wait_s,
                               latency_s=latency_s, outcome=outcome, reward=reward, error=error)
 
 
 def on_train_step(step: int, **fields: Any) -> None:
-    rlobs.get_recorder().emit("train_step", step=step, **fields)
+    _rec().emit("train_step", step=step, **fields)
 
 
 def on_advantage(step: int, **fields: Any) -> None:
-    rlobs.get_recorder().emit("advantage", step=step, **fields)
+    _rec().emit("advantage", step=step, **fields)
 
 
 def on_staleness(step: int, **fields: Any) -> None:
-    rlobs.get_recorder().emit("staleness", step=step, **fields)
+    _rec().emit("staleness", step=step, **fields)
 
 
 def on_parity(step: int, **fields: Any) -> None:
-    rlobs.get_recorder().emit("parity", step=step, **fields)
+    _rec().emit("parity", step=step, **fields)
 
 
 def on_sync_boundary(version: int, boundary: str, **fields: Any) -> None:
     """One of dump | staging | transfer | load | cache_reset | end_to_end."""
-    rlobs.get_recorder().emit("weight_sync", version=version, boundary=boundary, **fields)
+    _rec().emit("weight_sync", version=version, boundary=boundary, **fields)
 
 
 def on_ledger(sample_id: str, group_id: str, state: str, *, reason: str | None = None, tokens: int | None = None,
               staleness: int | None = None, age_s: float | None = None) -> None:
-    rlobs.get_recorder().emit("ledger", sample_id=sample_id, group_id=group_id, state=state, reason=reason,
+    _rec().emit("ledger", sample_id=sample_id, group_id=group_id, state=state, reason=reason,
                               tokens=tokens, staleness=staleness, age_s=age_s)
 
 
 def on_queue(queue: str, depth: int, capacity: int, oldest_age_s: float | None = None) -> None:
-    rlobs.get_recorder().emit("queue", queue=queue, depth=depth, capacity=capacity, oldest_age_s=oldest_age_s)
+    _rec().emit("queue", queue=queue, depth=depth, capacity=capacity, oldest_age_s=oldest_age_s)
 
 
 def on_throughput(**fields: Any) -> None:
-    rlobs.get_recorder().emit("throughput", **fields)
+    _rec().emit("throughput", **fields)
 
 
 def on_phase(phase: str, seconds: float, tokens: int | None = None) -> None:
-    rlobs.get_recorder().emit("phase", phase=phase, seconds=seconds, tokens=tokens)
+    probe().liveness.add(phase, seconds, tokens)
 
 
 def on_goodput(step: int, category: str, tokens: int, samples: int) -> None:
-    rlobs.get_recorder().emit("goodput", step=step, category=category, tokens=tokens, samples=samples)
+    _rec().emit("goodput", step=step, category=category, tokens=tokens, samples=samples)
 
 
 def on_scalar(name: str, value: float, step: int | None = None, source: str = "trainer_ref") -> None:
-    rlobs.get_recorder().emit("scalar", name=name, value=float(value), source=source, step=step)
+    _rec().emit("scalar", name=name, value=float(value), source=source, step=step)
 
 
 def to_json(obj: Any) -> str:

@@ -8,7 +8,6 @@ the objective and its departures from DeepSeekMath/R1.
 
 from __future__ import annotations
 
-import json
 import math
 import time
 from typing import Any
@@ -16,6 +15,13 @@ from typing import Any
 import torch
 
 from trainer_ref import checkpoint, faults, grpo, telemetry, weight_sync
+
+
+def _tag(s: dict[str, Any]) -> dict[str, int]:
+    """A sample's dispatch tag (probes.VersionTag fields) from what the generator stamped on it."""
+    return {"dispatch_version": s["dispatch_version"], "min_token_version": s["min_token_version"],
+            "max_token_version": s["max_token_version"],
+            "dispatch_ns": int(s.get("dispatch_ns") or (s["t_done"] - s["gen_seconds"]) * 1e9)}
 
 
 class Trainer:
@@ -30,6 +36,7 @@ class Trainer:
         self.cfg, self.fault, self._prev_dump = cfg, faults.from_config(cfg), None
         self.device = "cuda" if torch.cuda.is_available() else "cpu"
         self.tok = AutoTokenizer.from_pretrained(model_dir)
+        telemetry.probe(cfg).parity.set_hashes(trainer=telemetry.parity_hashes(self.tok, cfg))
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
         self.model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).to(self.device)
         self.model.train()
@@ -45,8 +52,23 @@ class Trainer:
     def ready(self) -> bool:
         return True
 
+    def set_run(self, run_dir: str, cfg: dict[str, Any], hashes: dict[str, str] | None = None) -> None:
+        """Reuse this actor for another run: its record, config and fresh probes."""
+        self.cfg, self.fault, self._prev_dump = cfg, faults.from_config(cfg), None
+        telemetry.set_run(run_dir, "trainer", 0, cfg, hashes, bool(cfg.get("prometheus")))
+        telemetry.probe().parity.set_hashes(trainer=telemetry.parity_hashes(self.tok, cfg))
+
+    def set_telemetry(self, on: bool) -> None:
+        """Probes on/off in this process (telemetry.set_enabled)."""
+        telemetry.set_enabled(on)
+
+    def set_generator_hashes(self, hashes: dict[str, str]) -> None:
+        """The generator's parity hashes (tokenizer, chat template, sampling), compared on every batch."""
+        telemetry.probe().parity.set_hashes(generator=hashes)
+
     # ----- one optimiser step ----------------------------------------------------------------
-    def train_step(self, groups: list[dict[str, Any]], step: int, data_wait_s: float | None = None) -> dict[str, Any]:
+    def train_step(self, groups: list[dict[str, Any]], step: int, data_wait_s: float | None = None,
+                   reward_wait_s: float | None = None) -> dict[str, Any]:
         """One GRPO step over graded groups; the policy version increases by one."""
         t0 = time.perf_counter()
         telemetry.set_context(step=step, version=self.version)
@@ -64,6 +86,9 @@ class Trainer:
         is_max, dl_max = 0.0, 0.0
         per_sample_dlogp: list[float] = []
         fresh_dl, fresh_tok = 0.0, 0.0
+        probing = telemetry.enabled()
+        gen_lp: list[torch.Tensor] = []  # per sample, completion tokens (parity, importance stats)
+        train_lp: list[torch.Tensor] = []
         for i in range(0, len(samples), self.micro):
             sl = slice(i, i + self.micro)
             ids, mask = grpo.pad_batch(seqs[sl], starts[sl], self.pad_id)
@@ -92,12 +117,31 @@ class Trainer:
             is_max, dl_max = max(is_max, parts.is_ratio_max), max(dl_max, parts.dlogp_abs_max)
             dabs = ((old - gen).abs() * mask).sum(-1) / mask.sum(-1).clamp(min=1)
             per_sample_dlogp += dabs.tolist()
+            if probing:
+                counts = mask.sum(-1).long().tolist()
+                m = mask.bool()
+                gen_lp += list(torch.split(gen[m].cpu(), counts))
+                train_lp += list(torch.split(old[m].cpu(), counts))
             for s, d, n in zip(samples[sl], dabs.tolist(), mask.sum(-1).tolist()):
                 if s["max_token_version"] == self.version and s["min_token_version"] == self.version:
                     fresh_dl += d * n
                     fresh_tok += n
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.cfg["max_grad_norm"])))
         nonfinite = not math.isfinite(grad_norm)
+        gres = None
+        if probing:  # pre-clip norm, spike detector, per-group norms and sample ids at a spike
+            P = telemetry.probe()
+            gres = P.grad.observe(grad_norm=grad_norm, groups=self.model, step=step, emit=False,
+                                  sample_ids=[s["sample_id"] for s in samples],
+                                  group_ids=[g["group_id"] for g in groups])
+            P.adv.observe(rewards, advantages=advs, token_denominator=token_den, step=step)
+            P.staleness.consume([s["sample_id"] for s in samples], [_tag(s) for s in samples], self.version,
+                                gen_logprobs=gen_lp, train_logprobs=train_lp, emit_ledger=False,
+                                tokens=[len(s["completion_ids"]) for s in samples])
+            # parity compares log-probs of the same weights: only samples generated entirely by this version
+            fresh = [i for i, s in enumerate(samples) if s["min_token_version"] == s["max_token_version"] == self.version]
+            P.parity.observe([gen_lp[i] for i in fresh], [train_lp[i] for i in fresh],
+                             sample_ids=[samples[i]["sample_id"] for i in fresh], step=step)
         if not nonfinite:
             self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -115,33 +159,23 @@ class Trainer:
                "ess_ratio": (acc["w"] ** 2) / (n_tok * acc["w2"]) if acc["w2"] > 0 else 1.0,
                "mean_abs_dlogp": acc["dl"] / n_tok, "max_abs_dlogp": dl_max,
                "fresh_mean_abs_dlogp": fresh_dl / fresh_tok if fresh_tok else None, "fresh_tokens": int(fresh_tok),
-               "token_denominator": token_den, "adv": ast.__dict__, "data_wait_s": data_wait_s}
-        self._emit(step, out, ast)
+               "token_denominator": token_den, "adv": ast.__dict__, "data_wait_s": data_wait_s,
+               "reward_wait_s": reward_wait_s}
+        if probing:
+            self._emit(step, out, gres)
         return out
 
-    def _emit(self, step: int, o: dict[str, Any], ast: grpo.AdvantageStats) -> None:
-        telemetry.on_train_step(step, loss=o["loss"], grad_norm=o["grad_norm"], grad_norm_clipped=o["grad_norm_clipped"],
-                                clipped=o["clipped"], nonfinite=o["nonfinite"], lr=o["lr"], samples=o["samples"],
+    def _emit(self, step: int, o: dict[str, Any], gres: Any) -> None:
+        """train_step (grad-norm probe fields + the step's numbers), training phase, trainer throughput."""
+        telemetry.on_train_step(step, loss=o["loss"], lr=o["lr"], samples=o["samples"],
                                 tokens=o["tokens"], step_seconds=o["step_seconds"], reward_mean=o["reward_mean"],
-                                data_wait_s=o["data_wait_s"],
-                                reward_std=o["reward_std"], kl=o["kl"], entropy=o["entropy"])
-        telemetry.on_advantage(step, groups=ast.groups, zero_std_groups=ast.zero_std_groups,
-                               near_zero_std_groups=ast.near_zero_std_groups, near_zero_threshold=ast.near_zero_threshold,
-                               zero_std_ratio=ast.zero_std_groups / max(ast.groups, 1),
-                               near_zero_std_ratio=ast.near_zero_std_groups / max(ast.groups, 1),
-                               max_abs_advantage=ast.max_abs_advantage, denom_min=ast.denom_min, denom_p50=ast.denom_p50,
-                               denom_max=ast.denom_max, nonfinite_denominators=ast.nonfinite_denominators,
-                               token_denominator=o["token_denominator"], ranks_agree=True,
-                               rank_denominators=json.dumps([o["token_denominator"]]))
-        telemetry.on_phase("training", o["step_seconds"], o["tokens"])
-        now = time.perf_counter()
-        window = now - getattr(self, "_last_end", now - o["step_seconds"])
-        self._last_end = now
-        telemetry.on_throughput(window_s=window, samples=o["samples"], tokens=o["tokens"],
-                                samples_per_s=o["samples"] / window if window > 0 else None,
-                                tokens_per_s=o["tokens"] / window if window > 0 else None,
-                                idle_ratio=max(0.0, 1 - o["step_seconds"] / window) if window > 0 else None)
-        telemetry.on_parity(step, tokens=o["tokens"], mean_abs_dlogp=o["mean_abs_dlogp"], max_abs_dlogp=o["max_abs_dlogp"])
+                                data_wait_s=o["data_wait_s"], reward_wait_s=o["reward_wait_s"], reward_std=o["reward_std"], kl=o["kl"],
+                                entropy=o["entropy"], **gres.fields())
+        P = telemetry.probe()
+        P.liveness.add("training", o["step_seconds"], o["tokens"])
+        P.throughput.produced(o["samples"], o["tokens"])
+        P.throughput.add_busy(o["step_seconds"])
+        P.throughput.tick(force=True)
 
     # ----- weight sync, trainer side ---------------------------------------------------------
     def sync_out(self, torn_read: bool = False) -> dict[str, Any]:
@@ -153,6 +187,7 @@ class Trainer:
                                    fingerprint=dump.digest)
         wait_w, hold_w = self.staging.write(dump)
         self._prev_dump, rd = dump, faults.staging_read(self.fault, v - 1, self.staging, dump, self._prev_dump, not torn_read)
+        telemetry.probe().parity.on_sync(v)  # the next batch is the first after this sync
         telemetry.on_sync_boundary(v, "staging", duration_s=wait_w + hold_w + rd.lock_wait_s + rd.lock_hold_s,
                                    bytes=rd.dump.nbytes, outcome="torn" if rd.torn else "ok",
                                    lock_wait_s=wait_w + rd.lock_wait_s, lock_hold_s=hold_w + rd.lock_hold_s,
