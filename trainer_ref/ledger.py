@@ -1,7 +1,8 @@
 """The sample ledger: every sample id is generated, graded, then consumed or dropped, once.
 
 Transitions are validated (a sample cannot be consumed twice or after being dropped) and each is
-emitted as a ``ledger`` event. The ledger is part of the checkpoint, so accounting survives resume.
+emitted as a ``ledger`` event through ``probes.SampleLedger`` (the states kept here are the exactly-once
+check). The ledger is part of the checkpoint, so accounting survives resume.
 """
 
 from __future__ import annotations
@@ -20,14 +21,17 @@ class LedgerError(RuntimeError):
 
 class Ledger:
     def __init__(self, states: dict[str, str] | None = None) -> None:
+        from probes import SampleLedger
+
         self.states: dict[str, str] = dict(states or {})
+        self._events = SampleLedger(telemetry.SWITCH, track=False)  # emits; the checks are ours
 
     def mark(self, sample_id: str, group_id: str, state: str, **fields: Any) -> None:
         cur = self.states.get(sample_id)
         if state not in _NEXT.get(cur, set()):
             raise LedgerError(f"sample {sample_id}: illegal transition {cur} -> {state}")
         self.states[sample_id] = state
-        telemetry.on_ledger(sample_id, group_id, state, **fields)
+        self._events.transition(sample_id, state, group_id=group_id, **fields)
 
     def counts(self) -> dict[str, int]:
         return dict(Counter(self.states.values()))
