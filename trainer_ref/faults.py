@@ -40,7 +40,7 @@ DEFAULT_MAGNITUDE: dict[str, float] = {
     "staleness_blowup": 2.0, "resume_staleness_jump": 3.0, "resume_skip": 2.0, "resume_repeat": 2.0,
     "zero_std": 0.0, "near_zero_std": 1e-7, "nan_grad": 1.0, "grad_spike": 50.0, "incomplete_dump": 1.0,
     "torn_read": 1.0, "slow_transfer": 0.5, "fingerprint_mismatch": 1e-2, "cache_not_reset": 1.0,
-    "slow_grader": 0.4, "hung_grader": 2.0, "generator_starvation": 0.05, "sampling_mismatch": 2.0,
+    "slow_grader": 0.4, "hung_grader": 4.0, "generator_starvation": 0.15, "sampling_mismatch": 2.0,
 }
 RESUME = ("resume_staleness_jump", "resume_skip", "resume_repeat")
 NOT_INJECTABLE = ("rank_disagree",)
@@ -109,7 +109,9 @@ def resume_state(f: Fault, st: dict[str, Any], groups_per_step: int) -> dict[str
     if f.name == "resume_skip":
         st["cursor"] = st["cursor"] + shift
         return st
-    cur = max(0, st["cursor"] - shift)
+    # the cursor goes back to before the last ``shift`` consumed groups: consumed prompts are replayed
+    consumed = sorted(int(g[1:]) for g in st["consumed_groups"] if g[1:].isdigit())
+    cur = consumed[-shift] if len(consumed) >= shift else 0
     replay = {f"p{i}" for i in range(cur, st["cursor"])}
     st["cursor"] = cur
     st["ledger"] = {k: v for k, v in st["ledger"].items() if k.rsplit("-s", 1)[0] not in replay}

@@ -272,9 +272,15 @@ class Orchestrator:
 
     # ----- modes -----------------------------------------------------------------------------
     def run(self, steps: int, stop_after: int = 0) -> None:
+        """Train up to ``steps`` (or ``stop_after`` more). Every ``checkpoint_every`` steps the
+        pipeline is drained (in-flight groups finish and are graded into the buffer) and saved."""
         end = steps if not stop_after else min(steps, self.step + stop_after)
-        getattr(self, "_run_" + self.cfg.mode)(end)
-
+        every = self.cfg.checkpoint_every
+        while self.step < end:
+            chunk_end = min(end, (self.step // every + 1) * every) if every else end
+            getattr(self, "_run_" + self.cfg.mode)(chunk_end)
+            if every and self.step % every == 0 and self.step < end:
+                self.save_checkpoint()
 
     def _take_from_buffer(self, k: int) -> list[dict[str, Any]]:
         batch = []

@@ -135,7 +135,7 @@ class StagingBuffer:
                 self._buf = bytearray(n)
             src, dst = memoryview(dump.payload), memoryview(self._buf)
             for i in range(0, n, _CHUNK):
-                dst[i:i + _CHUNK] = src[i:i + _CHUNK]
+                dst[i:min(i + _CHUNK, n)] = src[i:min(i + _CHUNK, n)]
             self._size = n
             self._meta = Dump(dump.version, b"", dict(dump.fingerprints), list(dump.names), dump.seconds,
                               dict(dump.shapes))
@@ -156,7 +156,7 @@ class StagingBuffer:
             out = bytearray(n)
             src, dst = memoryview(self._buf), memoryview(out)
             for i in range(0, n, _CHUNK):
-                dst[i:i + _CHUNK] = src[i:i + _CHUNK]
+                dst[i:min(i + _CHUNK, n)] = src[i:min(i + _CHUNK, n)]
             after = self.seq
         finally:
             if locked:

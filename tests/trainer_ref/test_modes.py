@@ -3,6 +3,12 @@ accounting: steps, versions, ledger, staleness bound, weight-sync verification, 
 
 from __future__ import annotations
 
+import json
+import re
+import time
+import urllib.request
+from pathlib import Path
+
 import pytest
 
 from tests.trainer_ref.conftest import small_config
@@ -12,6 +18,68 @@ pytestmark = pytest.mark.slow
 STEPS = 3
 PER_STEP = 4 * 4  # groups_per_step * group_size
 
+# every event kind the probes (and the recorder itself) put into a trainer_ref run record
+PROBE_KINDS = ("rollout", "grader_call", "grader_inflight", "train_step", "advantage", "staleness", "weight_sync",
+               "queue", "throughput", "parity", "heartbeat", "phase", "ledger", "goodput", "manifest", "span")
+SYNC_BOUNDARIES = {"dump", "staging", "transfer", "load", "cache_reset", "end_to_end"}
+# families every run must serve whatever the data (the probes' headline numbers)
+MUST_FAMILIES = ("rlobs_train_steps_total", "rlobs_grad_norm", "rlobs_advantage_token_denominator",
+                 "rlobs_staleness_max_versions", "rlobs_importance_ratio_mean", "rlobs_effective_sample_size_ratio",
+                 "rlobs_weight_sync_boundary_seconds", "rlobs_weight_sync_policy_lag_seconds",
+                 "rlobs_weight_sync_lock_wait_seconds", "rlobs_weight_sync_memory_high_water_bytes",
+                 "rlobs_grader_latency_seconds", "rlobs_grader_inflight_calls", "rlobs_parity_abs_logprob_diff_mean",
+                 "rlobs_parity_post_sync_abs_logprob_diff_mean", "rlobs_effective_throughput_samples_per_second",
+                 "rlobs_predicted_staleness_versions", "rlobs_sync_bubble_seconds_total",
+                 "rlobs_trainer_reward_wait_seconds_total", "rlobs_effective_token_ratio", "rlobs_samples_total",
+                 "rlobs_heartbeats_total", "rlobs_phase_seconds_total", "rlobs_queue_depth", "rlobs_rollouts_total")
+
+
+def scrape_all(run_dir: Path) -> tuple[str, int]:
+    """Concatenated /metrics of every live process of the run (stale process files are skipped)."""
+    texts = []
+    for pf in sorted((Path(run_dir) / "processes").glob("*.json")):
+        url = json.loads(pf.read_text()).get("metrics_url")
+        if not url:
+            continue
+        try:
+            with urllib.request.urlopen(url, timeout=5) as r:
+                texts.append(r.read().decode())
+        except OSError:
+            continue
+    return "\n".join(texts), time.time_ns()
+
+
+def _sql_lit(v: object) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return f"'{v}'" if isinstance(v, str) else str(v)
+
+
+def expected_families(rec: object, before_ns: int) -> set[str]:
+    """Catalogue families whose source events (kind, where, non-null field) are in the record before
+    ``before_ns``: the ones the processes' /metrics must serve."""
+    from rlobs.catalogue import CATALOGUE
+
+    out = set()
+    for name, spec in CATALOGUE.items():
+        src = spec.source
+        if src is None:
+            continue
+        conds = [f"ts_ns < {before_ns}"] + [f"{k} = {_sql_lit(v)}" for k, v in src.where.items()]
+        if src.field and src.field != "ts_ns":
+            conds.append(f"{src.field} is not null")
+        try:
+            n = rec.sql(f"select count(*) from {src.kind} where {' and '.join(conds)}").fetchall()[0][0]
+        except Exception:  # no events of this kind at all
+            n = 0
+        if n:
+            out.add(name)
+    return out
+
+
+def served(text: str, family: str) -> bool:
+    return re.search(rf"^{re.escape(family)}(_bucket|_count|_sum)?[{{ ]", text, re.M) is not None
+
 
 @pytest.mark.parametrize("mode", ["sync", "colocate_async", "separate_async"])
 def test_mode_end_to_end(stack, tmp_path, mode):
@@ -19,7 +87,15 @@ def test_mode_end_to_end(stack, tmp_path, mode):
 
     actors, model_dir, record = stack
     run_dir = record if mode == "separate_async" else tmp_path / mode
-    s = train(small_config(run_dir, mode=mode, steps=STEPS, max_staleness=2), actors=actors, model_dir=model_dir)
+    scraped: dict[str, object] = {}
+
+    def on_step(out: dict) -> None:  # last step: every process of the run is up and serving /metrics
+        if out["step"] == STEPS - 1:
+            time.sleep(1.5)  # recorders flush every 0.5 s; the Prometheus sink follows the events
+            scraped["text"], scraped["ns"] = scrape_all(run_dir)
+
+    s = train(small_config(run_dir, mode=mode, steps=STEPS, max_staleness=2, prometheus=True), actors=actors,
+              model_dir=model_dir, on_step=on_step)
     assert s["steps"] == STEPS and s["version"] == STEPS
     assert s["samples_consumed"] == STEPS * PER_STEP
     assert s["ledger"].get("consumed") == STEPS * PER_STEP
@@ -34,6 +110,35 @@ def test_mode_end_to_end(stack, tmp_path, mode):
     for sync in s["sync"]:
         assert sync["bytes"] > 0 and sync["load_s"] > 0
     assert len(s["evals"]) == 2 and 0.0 <= s["evals"][-1]["reward_mean"] <= 1.0
+    _check_probes(run_dir, mode, scraped)
+
+
+def _check_probes(run_dir: Path, mode: str, scraped: dict) -> None:
+    """Every probe event kind in this mode's record, and every catalogue family it feeds on /metrics."""
+    import rlobs
+
+    time.sleep(1.0)  # actors' recorders flush every 0.5 s
+    rec = rlobs.open_run(run_dir)
+    counts = {}
+    for kind in PROBE_KINDS:
+        try:
+            counts[kind] = rec.sql(f"select count(*) from {kind}").fetchall()[0][0]
+        except Exception:
+            counts[kind] = 0
+    assert [k for k, n in counts.items() if n == 0] == [], (mode, counts)
+    bounds = {r[0] for r in rec.sql("select distinct boundary from weight_sync").fetchall()}
+    assert bounds >= SYNC_BOUNDARIES, (mode, bounds)
+    comps = {r[0] for r in rec.sql("select distinct component from heartbeat").fetchall()}
+    assert {"trainer", "generator", "grader"} <= comps, comps
+    # probe-only fields: IS stats in staleness, parity hashes compared, post-sync batches flagged
+    assert rec.sql("select count(*) from staleness where is_ratio_mean is not null and ess_ratio > 0").fetchall()[0][0] >= STEPS
+    assert rec.sql("select count(*) from parity where hashes_match and first_after_sync").fetchall()[0][0] >= STEPS
+    assert rec.sql("select count(*) from train_step where spike is not null").fetchall()[0][0] >= STEPS
+    text = scraped.get("text", "")
+    assert text, "no /metrics scraped"
+    want = expected_families(rec, scraped["ns"] - 1_000_000_000) | set(MUST_FAMILIES)
+    missing = sorted(f for f in want if not served(text, f))
+    assert missing == [], (mode, missing)
 
 
 def test_run_record_has_every_component(stack):

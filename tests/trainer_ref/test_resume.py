@@ -35,8 +35,11 @@ def test_separate_async_resume_accounts_for_every_sample(stack, tmp_path):
 
     actors, model_dir, _ = stack
     cfg = dict(mode="separate_async", steps=4, max_staleness=1)
-    first = train(small_config(tmp_path / "c", stop_after=2, **cfg), actors=actors, model_dir=model_dir)
+    first = train(small_config(tmp_path / "c", stop_after=2, checkpoint_every=1, **cfg), actors=actors,
+                  model_dir=model_dir)
+    assert (checkpoint.step_dir(tmp_path / "c", 1) / "state.json").exists()  # drained mid-run checkpoint
     st1 = checkpoint.read_state(checkpoint.latest(tmp_path / "c"))
+    assert st1["step"] == 2
     buffered = {g["group_id"] for g in st1["buffer"]}
     second = train(small_config(tmp_path / "c", resume=True, **cfg), actors=actors, model_dir=model_dir)
     assert first["steps"] == 2 and second["steps"] == 4 and second["version"] == 4
