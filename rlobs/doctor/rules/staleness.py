@@ -39,7 +39,8 @@ def configured_bound(ctx: RunContext) -> int | None:
 
 
 @rule("staleness-over-bound", concern="staleness", title="Consumed samples staler than the bound",
-      needs=("staleness", "ledger"), thresholds={"warn_versions": 4}, causes=("parity-drift", "grad-norm-spike"))
+      needs=("staleness", "ledger"), thresholds={"warn_versions": 4},
+      causes=("parity-drift", "grad-norm-spike", "ledger-samples-skipped"))
 def over_bound(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Critical when a consumed sample is staler than the configured ``max_staleness`` (the defence is
     bypassed); warning when staleness exceeds ``warn_versions`` and no tighter bound is configured."""
