@@ -26,7 +26,7 @@ def repeated(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     flagged = ctx.scalar(f"SELECT count(*) FROM {summary} WHERE duplicate")
     if not rows and not flagged:
         return []
-    steps = [s for r in rows for s in (r[2], r[3]) if s is not None]
+    steps = [r[3] for r in rows if r[3] is not None]  # the repeat happens at the later consumption
     first = min(steps) if steps else ctx.scalar("SELECT min(step) FROM ledger WHERE duplicate")
     last = max(steps) if steps else ctx.scalar("SELECT max(step) FROM ledger WHERE duplicate")
     return [Finding(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import statistics
 from typing import Mapping
 
-from rlobs.doctor.context import RunContext, json_list
+from rlobs.doctor.context import RunContext, json_list, runs_of
 from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
 
 
@@ -92,11 +92,12 @@ def torn_read(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
 
 
 @rule("weight-sync-slow", concern="weight_sync", title="Weight transfer slower than its baseline",
-      needs=("weight_sync",), thresholds={"ratio": 3.0, "min_seconds": 0.05, "baseline_syncs": 3},
+      needs=("weight_sync",), thresholds={"ratio": 3.0, "min_seconds": 0.05, "baseline_syncs": 3, "min_syncs": 2},
       causes=("staleness-over-bound", "trainer-starved"))
 def slow(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Boundary 3: transfer duration > ``ratio`` x the median of the first ``baseline_syncs`` transfers
-    (and above ``min_seconds``)."""
+    (and above ``min_seconds``) for at least ``min_syncs`` consecutive versions (one slow sync on a
+    loaded host is noise; a degraded path stays slow)."""
     if (miss := _needs_sync(ctx)) is not None:
         return miss
     boundary = "transfer"
@@ -113,7 +114,9 @@ def slow(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                                 f"a baseline needs more than {n_base}")
     base = statistics.median(r[1] for r in rows[:n_base])
     limit = max(th["ratio"] * base, th["min_seconds"])
-    bad = [r for r in rows[n_base:] if r[1] > limit]
+    over = [r for r in rows[n_base:] if r[1] > limit]
+    runs = runs_of([int(r[0]) for r in over if r[0] is not None], int(th["min_syncs"]))
+    bad = [r for r in over if r[0] is not None and any(a <= int(r[0]) <= b for a, b in runs)]
     if not bad:
         return []
     first, last = _span(ctx, bad)
