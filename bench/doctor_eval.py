@@ -158,6 +158,26 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "failed_runs": [r["name"] for r in rows if r.get("error")]}
 
 
+def rescore(root: Path, out: Path) -> int:
+    """Diagnose the already recorded runs again (after a doctor change) and rewrite the table."""
+    res = json.loads(out.with_suffix(".json").read_text())
+    keep = ("name", "fault", "seed", "onset", "run_seconds", "error")
+    rows = []
+    for r in res["runs"]:
+        row = {k: r[k] for k in keep if k in r}
+        if r["fault"]:
+            row["expected"] = EXPECTED[r["fault"]][0]
+        if not row.get("error"):
+            row.update(score(root / r["name"], r["fault"], r.get("onset")))
+        rows.append(row)
+    res.update(summary=summarise(rows), runs=rows)
+    out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
+    out.with_suffix(".md").write_text(table(rows) + "\n\n" + json.dumps(res["summary"]) + "\n")
+    print(table(rows))
+    print(json.dumps(res["summary"]))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     from trainer_ref.faults import FAULTS
 
@@ -168,7 +188,10 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--onset", type=int, default=5)
     p.add_argument("--root", default="runs/doctor_eval", help="where the run records go")
     p.add_argument("--out", default="bench/results/doctor_eval")
+    p.add_argument("--rescore", action="store_true", help="only re-run the doctor on the records of the saved table")
     a = p.parse_args(argv)
+    if a.rescore:
+        return rescore(Path(a.root), Path(a.out))
     faults = [f for f in a.faults.split(",") if f]
     root = Path(a.root)
     root.mkdir(parents=True, exist_ok=True)

@@ -120,6 +120,7 @@ class Orchestrator:
         import ray
 
         now = time.time()
+        telemetry.set_context(step=self.step, version=self.version)  # consumed transitions carry this step
         stal_hist: dict[int, int] = {}
         ages = []
         for g in groups:

@@ -92,7 +92,7 @@ def torn_read(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
 
 
 @rule("weight-sync-slow", concern="weight_sync", title="Weight transfer slower than its baseline",
-      needs=("weight_sync",), thresholds={"ratio": 3.0, "min_seconds": 0.05, "baseline_syncs": 3, "min_syncs": 2},
+      needs=("weight_sync",), thresholds={"ratio": 3.0, "min_seconds": 0.05, "baseline_syncs": 3, "min_syncs": 3},
       causes=("staleness-over-bound", "trainer-starved"))
 def slow(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Boundary 3: transfer duration > ``ratio`` x the median of the first ``baseline_syncs`` transfers
