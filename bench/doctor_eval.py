@@ -220,9 +220,8 @@ def main(argv: list[str] | None = None) -> int:
             out.with_suffix(".md").write_text(table(rows) + "\n\n" + json.dumps(res["summary"]) + "\n")
     finally:
         stack.close()
-    print(table(rows))
-    print(json.dumps(summarise(rows)))
-    return 0
+    # the actors' recorders flush asynchronously: score every record again now that all are closed
+    return rescore(root, out)
 
 
 if __name__ == "__main__":
