@@ -6,6 +6,7 @@ install:
 	python -m pip uninstall -y torchvision torchaudio torchcodec || true
 
 main:
+	rm -rf runs/main
 	python -m trainer_ref.run --mode separate_async --steps 30 --run-dir runs/main
 	rlobs info runs/main
 	rlobs doctor runs/main; test $$? -lt 2
