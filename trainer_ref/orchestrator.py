@@ -365,12 +365,16 @@ class Orchestrator:
                     for ref, groups in ready:
                         grading.remove((ref, groups))
                         for g in self.attach_rewards(groups, ray.get(ref)):
+                            placed = False
                             while not stop.is_set():
                                 try:
                                     graded.put(g, timeout=0.1)
+                                    placed = True
                                     break
                                 except queue.Full:
                                     continue
+                            if not placed:  # stopping: keep it for the checkpoint instead of losing it
+                                self.buffer.append(g)
                         with lock:
                             state["in_flight"] -= len(groups)
                     telemetry.on_queue("generator_inflight", state["in_flight"], max_outstanding)
