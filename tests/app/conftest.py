@@ -54,3 +54,21 @@ def metrics(at) -> dict[str, str]:
 
 def no_failure(at) -> None:
     assert not at.exception, [e.value for e in at.exception]
+
+
+@pytest.fixture(autouse=True)
+def _restore_main_module():
+    """AppTest runs the app script as ``__main__`` and leaves it there; a later multiprocessing spawn (the
+    probes' 2-rank gloo test) would then re-run the app in its children. Put the real one back."""
+    import sys
+
+    saved = sys.modules.get("__main__")
+    saved_file = getattr(saved, "__file__", None)
+    yield
+    if sys.modules.get("__main__") is not saved:
+        sys.modules["__main__"] = saved
+    if saved is not None and getattr(saved, "__file__", None) != saved_file:
+        if saved_file is None:
+            saved.__dict__.pop("__file__", None)
+        else:
+            saved.__file__ = saved_file
