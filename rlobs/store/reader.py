@@ -19,7 +19,7 @@ import duckdb
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rlobs.schema import ENVELOPE_NAMES, KINDS, SCHEMA_MAJOR, arrow_schema, parse_version
+from rlobs.schema import ENVELOPE_NAMES, KINDS, SCHEMA_MAJOR, all_fields, arrow_schema, parse_version
 from rlobs.store.manifest import EVENTS_DIR, PROCESSES_DIR, RunRecordError, read_manifest
 from rlobs.store.segments import ARROWS, PARQUET
 
@@ -284,9 +284,10 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord
             name = f"_tail_{kind}"
             con.register(name, pa.concat_tables(tails, promote_options="permissive"))
             parts.append(f'SELECT * FROM "{name}"')
-        empty = f"_empty_{kind}"
-        con.register(empty, arrow_schema(kind).empty_table())
-        parts.append(f'SELECT * FROM "{empty}"')
+        # the full current schema, typed, with no rows (an SQL literal: registering an Arrow table would
+        # make DuckDB import pandas, half a second on a cold start)
+        parts.append("SELECT " + ", ".join(f'NULL::{_DUCK_TYPES[f.type]} AS "{f.name}"' for f in all_fields(kind))
+                     + " WHERE false")
         cols = ", ".join(f'"{f.name}"' for f in arrow_schema(kind))
         con.execute(f'CREATE VIEW "{kind}" AS SELECT {cols} FROM ({" UNION ALL BY NAME ".join(parts)})')
         if parquet or tails:
@@ -299,6 +300,10 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord
         env_cols = ", ".join(f'NULL::{_duck(n)} AS "{n}"' for n in ENVELOPE_NAMES)
         con.execute(f"CREATE VIEW events AS SELECT NULL::VARCHAR AS kind, {env_cols} WHERE false")
     return RunRecord(run_dir, manifest, con, problems, files, _load_processes(run_dir))
+
+
+_DUCK_TYPES = {"int32": "INTEGER", "int64": "BIGINT", "float64": "DOUBLE", "float32": "FLOAT", "string": "VARCHAR",
+               "bool": "BOOLEAN", "list<float32>": "FLOAT[]", "list<int32>": "INTEGER[]"}
 
 
 def _duck(name: str) -> str:

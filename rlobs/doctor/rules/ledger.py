@@ -94,8 +94,9 @@ def _prompt_gaps(ctx: RunContext) -> list[int]:
     """Missing indices in prompt ids of the form '<prefix><integer>' dispatched by the generator."""
     if not ctx.count("rollout"):
         return []
-    rows = ctx.rows("SELECT DISTINCT TRY_CAST(regexp_extract(prompt_id, '(\\d+)$', 1) AS BIGINT) i FROM rollout "
-                    "WHERE prompt_id IS NOT NULL AND prompt_id NOT LIKE 'eval%' ORDER BY i")
+    rows = ctx.rows("SELECT DISTINCT TRY_CAST(regexp_extract(p, '(\\d+)$', 1) AS BIGINT) i FROM "
+                    "(SELECT DISTINCT prompt_id p FROM rollout WHERE prompt_id IS NOT NULL AND prompt_id NOT LIKE 'eval%') "
+                    "ORDER BY i")
     idx = [int(r[0]) for r in rows if r[0] is not None]
     if len(idx) < 2:
         return []
