@@ -33,7 +33,7 @@ FAULTS: dict[str, tuple[str, int]] = {
     "staleness_blowup": ("staleness-over-bound", 3),
     "resume_staleness_jump": ("staleness-jump-after-resume", 3),
     "zero_std": ("advantage-zero-std-groups", 3),
-    "near_zero_std": ("advantage-denominator-collapse", 1),
+    "near_zero_std": ("advantage-denominator-collapse", 3),
     "rank_disagree": ("advantage-rank-disagreement", 1),
     "nan_grad": ("grad-norm-nonfinite", 1),
     "grad_spike": ("grad-norm-spike", 1),
