@@ -24,30 +24,13 @@ import traceback
 from pathlib import Path
 from typing import Any
 
+from trainer_ref.faults import EXPECTED_FINDING
+
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-# fault -> (expected top-1 rule, allowed onset-to-detection delay): the same table as the doctor's tests
-EXPECTED: dict[str, tuple[str, int]] = {
-    "staleness_blowup": ("staleness-over-bound", 3),
-    "resume_staleness_jump": ("staleness-jump-after-resume", 3),
-    "zero_std": ("advantage-zero-std-groups", 3),
-    "near_zero_std": ("advantage-denominator-collapse", 1),
-    "rank_disagree": ("advantage-rank-disagreement", 1),
-    "nan_grad": ("grad-norm-nonfinite", 1),
-    "grad_spike": ("grad-norm-spike", 1),
-    "incomplete_dump": ("weight-sync-incomplete-dump", 1),
-    "torn_read": ("weight-sync-torn-read", 1),
-    "slow_transfer": ("weight-sync-slow", 3),
-    "fingerprint_mismatch": ("weight-sync-fingerprint-mismatch", 1),
-    "cache_not_reset": ("weight-sync-cache-not-reset", 1),
-    "slow_grader": ("grader-slow", 3),
-    "hung_grader": ("grader-hung", 3),
-    "generator_starvation": ("trainer-starved", 3),
-    "sampling_mismatch": ("parity-config-mismatch", 1),
-    "resume_skip": ("ledger-samples-skipped", 3),
-    "resume_repeat": ("ledger-samples-repeated", 3),
-}
+# fault -> (expected top-1 rule, allowed onset-to-detection delay): one table, in trainer_ref.faults
+EXPECTED: dict[str, tuple[str, int]] = EXPECTED_FINDING
 SMALL = dict(groups_per_step=4, group_size=4, max_tokens=48, eval_prompts=4, progress=False, grader_workers=1,
              grader_timeout_s=2.0, mode="separate_async")
 ONSET_ZERO = ("sampling_mismatch",)  # configured from the start: the mismatch exists at step 0

@@ -263,3 +263,28 @@ def rewards(f: Fault, samples: list[dict[str, Any]], out: list[dict[str, Any]]) 
 def sampling_cfg(f: Fault, cfg: Mapping[str, Any]) -> Mapping[str, Any]:
     """The generator's effective sampling settings (what its parity hashes describe)."""
     return {**cfg, "temperature": temperature(f, f.onset, float(cfg["temperature"]))} if f.name == "sampling_mismatch" else cfg
+
+
+# What the doctor must answer for each fault: the top-1 rule id (== runbook name) and the most steps allowed
+# from onset to the finding's first step (1 for NaN and sync-correctness faults, 3 for the rest). One table,
+# read by the doctor's scenario tests and by bench/doctor_eval.
+EXPECTED_FINDING: dict[str, tuple[str, int]] = {
+    "staleness_blowup": ("staleness-over-bound", 3),
+    "resume_staleness_jump": ("staleness-jump-after-resume", 3),
+    "zero_std": ("advantage-zero-std-groups", 3),
+    "near_zero_std": ("advantage-denominator-collapse", 3),
+    "rank_disagree": ("advantage-rank-disagreement", 1),
+    "nan_grad": ("grad-norm-nonfinite", 1),
+    "grad_spike": ("grad-norm-spike", 1),
+    "incomplete_dump": ("weight-sync-incomplete-dump", 1),
+    "torn_read": ("weight-sync-torn-read", 1),
+    "slow_transfer": ("weight-sync-slow", 3),
+    "fingerprint_mismatch": ("weight-sync-fingerprint-mismatch", 1),
+    "cache_not_reset": ("weight-sync-cache-not-reset", 1),
+    "slow_grader": ("grader-slow", 3),
+    "hung_grader": ("grader-hung", 3),
+    "generator_starvation": ("trainer-starved", 3),
+    "sampling_mismatch": ("parity-config-mismatch", 1),
+    "resume_skip": ("ledger-samples-skipped", 3),
+    "resume_repeat": ("ledger-samples-repeated", 3),
+}

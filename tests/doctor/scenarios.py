@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import rlobs
+from trainer_ref.faults import EXPECTED_FINDING
 
 STEPS = 16
 ONSET = 8
@@ -29,26 +30,7 @@ G = 4
 BOUND = 2
 
 # fault -> (expected top-1 rule id, max steps from onset to the finding's first step)
-FAULTS: dict[str, tuple[str, int]] = {
-    "staleness_blowup": ("staleness-over-bound", 3),
-    "resume_staleness_jump": ("staleness-jump-after-resume", 3),
-    "zero_std": ("advantage-zero-std-groups", 3),
-    "near_zero_std": ("advantage-denominator-collapse", 3),
-    "rank_disagree": ("advantage-rank-disagreement", 1),
-    "nan_grad": ("grad-norm-nonfinite", 1),
-    "grad_spike": ("grad-norm-spike", 1),
-    "incomplete_dump": ("weight-sync-incomplete-dump", 1),
-    "torn_read": ("weight-sync-torn-read", 1),
-    "slow_transfer": ("weight-sync-slow", 3),
-    "fingerprint_mismatch": ("weight-sync-fingerprint-mismatch", 1),
-    "cache_not_reset": ("weight-sync-cache-not-reset", 1),
-    "slow_grader": ("grader-slow", 3),
-    "hung_grader": ("grader-hung", 3),
-    "generator_starvation": ("trainer-starved", 3),
-    "sampling_mismatch": ("parity-config-mismatch", 1),
-    "resume_skip": ("ledger-samples-skipped", 3),
-    "resume_repeat": ("ledger-samples-repeated", 3),
-}
+FAULTS: dict[str, tuple[str, int]] = EXPECTED_FINDING
 
 HASHES = {"tokenizer": "tok-5f1e", "chat_template": "tpl-77aa", "sampling": "smp-0b3c"}
 
