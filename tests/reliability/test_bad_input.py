@@ -70,8 +70,12 @@ def test_flipped_data_page_is_found_by_verification(pristine, tmp_path):
     run = tmp_path / "run"
     shutil.copytree(pristine, run)
     victim = max((run / "events" / "ledger").glob("*.parquet"), key=lambda p: p.stat().st_size)
+    import pyarrow.parquet as pq
+
+    meta = pq.ParquetFile(victim).metadata.row_group(0)
+    chunk = max((meta.column(i) for i in range(meta.num_columns)), key=lambda c: c.total_compressed_size)
     raw = bytearray(victim.read_bytes())
-    raw[len(raw) // 3] ^= 0xFF  # inside a data page, not the footer
+    raw[chunk.data_page_offset + chunk.total_compressed_size // 2] ^= 0xFF  # inside the largest data page
     victim.write_bytes(bytes(raw))
     with open_run(run, verify=True) as rec:
         assert any(p.path == str(victim) and "corrupt" in p.detail for p in rec.problems)
