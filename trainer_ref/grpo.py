@@ -30,36 +30,24 @@ from typing import Any
 
 import torch
 
-
-@dataclass
-class AdvantageStats:
-    groups: int
-    zero_std_groups: int
-    near_zero_std_groups: int
-    near_zero_threshold: float
-    max_abs_advantage: float
-    denom_min: float
-    denom_p50: float
-    denom_max: float
-    nonfinite_denominators: int
+from probes.advantage import AdvantageHealth, advantage_health
 
 
-def group_advantages(rewards: list[list[float]], eps: float = 1e-4,
-                     near_zero: float = 1e-2) -> tuple[list[list[float]], AdvantageStats]:
-    """Per-group (r - mean) / (std + eps); returns advantages in the same nesting and stats."""
-    advs, denoms, zero, near = [], [], 0, 0
+def advantages(rewards: list[list[float]], eps: float = 1e-4) -> list[list[float]]:
+    """Per-group (r - mean) / (std + eps), population std, in the same nesting as ``rewards``."""
+    out = []
     for rs in rewards:
         r = torch.tensor(rs, dtype=torch.float64)
         std = r.std(unbiased=False) if len(rs) > 1 else torch.tensor(0.0, dtype=torch.float64)
-        denom = std + eps
-        denoms.append(float(denom))
-        zero += int(std == 0)
-        near += int(0 < std < near_zero)
-        advs.append(((r - r.mean()) / denom).tolist())
-    flat = [abs(a) for g in advs for a in g] or [0.0]
-    d = sorted(denoms) or [0.0]
-    nonfinite = sum(1 for x in denoms if not torch.isfinite(torch.tensor(x)) or x == 0)
-    return advs, AdvantageStats(len(rewards), zero, near, near_zero, max(flat), d[0], d[len(d) // 2], d[-1], nonfinite)
+        out.append(((r - r.mean()) / (std + eps)).tolist())
+    return out
+
+
+def group_advantages(rewards: list[list[float]], eps: float = 1e-4,
+                     near_zero: float = 1e-2) -> tuple[list[list[float]], AdvantageHealth]:
+    """Advantages plus their denominator health, measured by the advantage probe's own function."""
+    advs = advantages(rewards, eps)
+    return advs, advantage_health(rewards, advantages=advs, eps=eps, ddof=0, near_zero_threshold=near_zero)
 
 
 def pad_batch(seqs: list[list[int]], starts: list[int], pad_id: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -75,7 +75,7 @@ class Trainer:
         telemetry.heartbeat("train", f"step {step}")
         faults.slow_trainer(self.fault, step)
         rewards = [[s["reward"] for s in g["samples"]] for g in groups]
-        advs, ast = grpo.group_advantages(rewards, float(self.cfg["adv_eps"]))
+        advs = grpo.advantages(rewards, float(self.cfg["adv_eps"]))  # health is measured by the probe below
         samples = [s for g in groups for s in g["samples"]]
         adv_flat = [a for g in advs for a in g]
         seqs = [s["prompt_ids"] + s["completion_ids"] for s in samples]
@@ -159,7 +159,7 @@ class Trainer:
                "ess_ratio": (acc["w"] ** 2) / (n_tok * acc["w2"]) if acc["w2"] > 0 else 1.0,
                "mean_abs_dlogp": acc["dl"] / n_tok, "max_abs_dlogp": dl_max,
                "fresh_mean_abs_dlogp": fresh_dl / fresh_tok if fresh_tok else None, "fresh_tokens": int(fresh_tok),
-               "token_denominator": token_den, "adv": ast.__dict__, "data_wait_s": data_wait_s,
+               "token_denominator": token_den, "data_wait_s": data_wait_s,
                "reward_wait_s": reward_wait_s}
         if probing:
             self._emit(step, out, gres)

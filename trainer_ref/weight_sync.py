@@ -3,8 +3,8 @@
 1. ``dump_weights``      trainer side: state dict -> safetensors bytes + per-tensor fingerprints.
 2. ``StagingBuffer``     a CPU staging buffer behind a lock with a sequence number; ``read`` reports
                          the sequence before and after the copy so a torn read is detectable.
-3. ``transfer`` / ``receive``  Ray object store here (``ray.put`` / resolve by reference);
-                         ``transfer_cuda`` is the NCCL / CUDA-IPC path on a GPU (stub, guarded).
+3. ``transfer`` / ``receive``  Ray object store (``ray.put`` / resolve by reference), on CPU and GPU
+                         alike; an NCCL / CUDA-IPC path is not implemented yet.
 4. ``load_into_engine``  vLLM worker extension (``collective_rpc`` -> ``reload_weights``), returning
                          the engine-side fingerprint of every parameter to compare with the dump.
 5. ``reset_cache``       prefix/KV-cache reset, confirmed by the engine's return value.
@@ -181,19 +181,6 @@ def receive(ref_or_payload: Any) -> tuple[bytes, float]:
     t0 = time.perf_counter()
     data = ray.get(ref_or_payload) if isinstance(ref_or_payload, ray.ObjectRef) else ref_or_payload
     return bytes(data), time.perf_counter() - t0
-
-
-def transfer_cuda(model: Any, group: Any = None) -> None:
-    """Stage 3 on a GPU: broadcast parameters over NCCL (or share CUDA-IPC handles) to the engine.
-
-    Not available on this CPU build: vLLM's nccl/ipc weight-transfer backends need CUDA. The
-    object-store path above is used whenever ``torch.cuda.is_available()`` is false.
-    """
-    import torch
-
-    if not torch.cuda.is_available():
-        raise RuntimeError("transfer_cuda needs CUDA; use transfer() (Ray object store) on CPU")
-    raise NotImplementedError("NCCL/CUDA-IPC weight transfer: wire vLLM's weight-transfer backend here")
 
 
 @dataclass

@@ -99,7 +99,7 @@ def diagnose(record: RunRecord, *, rule_ids: Iterable[str] | None = None, since_
             findings.extend(result)
         else:
             healthy.append(rid)
-    if errors and not getattr(record, "verified", False) and any("Error" in e for e in errors.values()):
+    if errors and not getattr(record, "verified", False):
         # a query hit damaged data: re-open with full verification (corrupt segments left out) and retry
         from rlobs.store import open_run
 
