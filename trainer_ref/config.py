@@ -46,6 +46,8 @@ class Config:
     grader_placement: str = field(default="pool", metadata={"help": "pool (separate Ray actors) | colocated (in the generator)"})
     grader_workers: int = field(default=2, metadata={"help": "grader actors in the pool"})
     grader_timeout_s: float = field(default=5.0, metadata={"help": "per-call grader timeout"})
+    max_restarts: int = field(default=4, metadata={"help": "Ray restarts of the generator and each grader actor after a death (-1: unlimited, 0: none); separate_async waits for the restart, re-syncs the weights and resubmits / re-grades the lost work"})
+    restart_timeout_s: float = field(default=300.0, metadata={"help": "how long the driver waits for a restarted actor to answer before failing the run"})
     eval_every: int = field(default=0, metadata={"help": "held-out evaluation every N steps (0: start and end only)"})
     eval_prompts: int = field(default=64, metadata={"help": "held-out prompts per evaluation"})
     checkpoint_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0: only at the end)"})

@@ -18,6 +18,7 @@ the generator actor when graders are colocated.
 from __future__ import annotations
 
 import math
+import os
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutTimeout
@@ -114,9 +115,18 @@ class GraderWorker:
         self.kind, self.timeout_s, self.judge = kind, timeout_s, judge
         self.fault = faults.from_config(cfg or {})
         self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="grader")
+        self._incarnation = f"{os.getpid()}:{time.time_ns()}"
 
     def ready(self) -> bool:
         return True
+
+    def incarnation(self) -> str:
+        """``pid:start_ns`` of this instance: differs after Ray restarted the actor."""
+        return self._incarnation
+
+    def shutdown(self) -> None:
+        """Close this process's recorder (a clean end, not a lost process)."""
+        telemetry.shutdown()
 
     def set_run(self, run_dir: str, cfg: dict[str, Any], hashes: dict[str, str] | None = None) -> None:
         """Reuse this actor for another run: its record and fresh probes."""

@@ -51,7 +51,8 @@ def start_actors(cfg: Config, model_dir: str, hashes: dict[str, str]) -> dict[st
     from trainer_ref.trainer import Trainer
 
     c = cfg.to_dict()
-    gen = ray.remote(num_cpus=0, max_concurrency=8)(VLLMGenerator).remote(model_dir, c, cfg.run_dir, 0, hashes)
+    restarts = int(cfg.max_restarts)  # separate_async recovers restarted generator / graders (orchestrator)
+    gen = ray.remote(num_cpus=0, max_concurrency=8, max_restarts=restarts)(VLLMGenerator).remote(model_dir, c, cfg.run_dir, 0, hashes)
     trainer = ray.remote(num_cpus=0)(Trainer).remote(model_dir, c, cfg.run_dir, hashes)
     judge = None
     if cfg.grader == "judge":
@@ -60,7 +61,7 @@ def start_actors(cfg: Config, model_dir: str, hashes: dict[str, str]) -> dict[st
         # same process as the generator: grading shares its CPU and GIL (what colocation costs)
         graders = [gen]
     else:
-        graders = [ray.remote(num_cpus=0, max_concurrency=2)(GraderWorker).remote(
+        graders = [ray.remote(num_cpus=0, max_concurrency=2, max_restarts=restarts)(GraderWorker).remote(
             cfg.grader, cfg.grader_timeout_s, cfg.run_dir, i, c, judge) for i in range(cfg.grader_workers)]
     if cfg.grader_placement == "colocated":
         ray.get(gen.attach_grader.remote(cfg.grader, cfg.grader_timeout_s, judge))
@@ -71,9 +72,9 @@ def start_actors(cfg: Config, model_dir: str, hashes: dict[str, str]) -> dict[st
 def stop_actors(actors: dict[str, Any]) -> None:
     import ray
 
-    for name in ("generator", "trainer"):
+    for a in [actors["generator"], actors["trainer"], *actors["graders"]]:  # recorders closed: not "lost"
         try:
-            ray.get(actors[name].shutdown.remote(), timeout=30)
+            ray.get(a.shutdown.remote(), timeout=30)
         except Exception:
             pass
     for a in [actors["generator"], actors["trainer"], *actors["graders"], actors.get("judge")]:
