@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import math
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from rlobs.store import RunRecord
 
@@ -21,6 +21,7 @@ class RunContext:
             cfg = self.record.manifest.get("config") or {}
             self.config = cfg if isinstance(cfg, dict) else {}
         self._counts = self.record.counts()
+        self._memo: dict[Any, Any] = {}
 
     # ---- data presence ----
     def count(self, kind: str) -> int:
@@ -29,22 +30,52 @@ class RunContext:
     def missing(self, *kinds: str) -> list[str]:
         return [k for k in kinds if not self._counts.get(k)]
 
-    # ---- shared derived tables (built once per diagnosis) ----
-    def sample_summary(self) -> str:
-        """Name of a temp table with one row per sample id: generated ts, consumption count and steps, terminal."""
-        if not getattr(self, "_samples_built", False):
-            # grouped by a 64-bit hash of the id (much faster than by string; collisions are negligible)
-            self.record.con.execute(
-                "CREATE OR REPLACE TEMP TABLE _sample_summary AS SELECT hash(sample_id) AS h, "
+    # ---- shared derived values and tables (built once per diagnosis, shared by the rules) ----
+    def memo(self, key: Any, fn: Callable[[], Any]) -> Any:
+        """``fn()`` computed once per diagnosis under ``key``: a query several rules need runs once."""
+        if key not in self._memo:
+            self._memo[key] = fn()
+        return self._memo[key]
+
+    def suspect_samples(self) -> str:
+        """Name of a temp table with one row per sample id that breaks exactly-once: consumed more than once,
+        a transition flagged ``duplicate``, or generated and never consumed nor dropped. Columns: sample id,
+        generated ts, consumption count and first/last consumed step, terminal, duplicate.
+
+        Grouped by a 64-bit hash of the id (much faster than by string; collisions are negligible), in two
+        passes: one aggregate over every transition with only what decides suspicion (the consumption count
+        and a bit-or of three flags: a million groups carry two numbers, not seven aggregates and a string),
+        then the full summary of the suspects alone (none in a healthy run, so no second pass)."""
+        def build() -> str:
+            con = self.record.con
+            con.execute(
+                "CREATE OR REPLACE TEMP TABLE _suspect_hashes AS SELECT hash(sample_id) AS h FROM ledger "
+                "WHERE sample_id IS NOT NULL GROUP BY h HAVING count(*) FILTER (WHERE state = 'consumed') > 1 "
+                # bit 1: generated (with a time), bit 2: consumed or dropped (terminal), bit 4: flagged duplicate
+                "OR bit_or(coalesce(state = 'generated' AND ts_ns IS NOT NULL, false)::INT "
+                "| (coalesce(state IN ('consumed', 'dropped'), false)::INT << 1) "
+                "| (coalesce(duplicate, false)::INT << 2)) IN (1, 4, 5, 6, 7)")
+            some = con.execute("SELECT count(*) FROM _suspect_hashes").fetchone()[0] > 0
+            con.execute(
+                "CREATE OR REPLACE TEMP TABLE _suspect_samples AS SELECT hash(sample_id) AS h, "
                 "any_value(sample_id) AS sample_id, "
                 "min(CASE WHEN state = 'generated' THEN ts_ns END) AS generated_ts, "
                 "sum((state = 'consumed')::INT) AS consumed, "
                 "min(CASE WHEN state = 'consumed' THEN step END) AS first_consumed_step, "
                 "max(CASE WHEN state = 'consumed' THEN step END) AS last_consumed_step, "
                 "bool_or(state IN ('consumed', 'dropped')) AS terminal, "
-                "bool_or(coalesce(duplicate, false)) AS duplicate FROM ledger WHERE sample_id IS NOT NULL GROUP BY h")
-            self._samples_built = True
-        return "_sample_summary"
+                "bool_or(coalesce(duplicate, false)) AS duplicate FROM ledger WHERE sample_id IS NOT NULL AND "
+                + ("hash(sample_id) IN (SELECT h FROM _suspect_hashes)" if some else "false") + " GROUP BY h")
+            return "_suspect_samples"
+        return self.memo("suspect_samples", build)
+
+    def step_starts(self) -> str:
+        """Name of a temp table (ts_ns, step): when each trainer step began, for ASOF joins of step-less events."""
+        def build() -> str:
+            self.record.con.execute("CREATE OR REPLACE TEMP TABLE _step_starts AS SELECT min(ts_ns) ts_ns, step "
+                                    "FROM train_step WHERE step IS NOT NULL GROUP BY step")
+            return "_step_starts"
+        return self.memo("step_starts", build)
 
     # ---- queries ----
     def step_filter(self, column: str = "step") -> str:

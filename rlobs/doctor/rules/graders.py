@@ -8,13 +8,17 @@ from typing import Mapping
 from rlobs.doctor.context import RunContext
 from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
 
-# Grader calls carry no trainer step of their own (graders run in other processes); place each call
-# on the trainer step in progress when it finished, with an ASOF join on wall-clock time.
-_CALLS_BY_STEP = """
-WITH steps AS (SELECT min(ts_ns) ts_ns, step FROM train_step WHERE step IS NOT NULL GROUP BY step)
-SELECT coalesce(g.step, s.step) AS step, g.grader_kind, g.latency_s, g.outcome
-FROM grader_call g ASOF LEFT JOIN steps s ON g.ts_ns >= s.ts_ns
-"""
+
+def _calls_by_step(ctx: RunContext) -> str:
+    """SQL of every grader call (step, grader_kind, latency_s, outcome) placed on a trainer step.
+
+    Grader calls often carry no trainer step of their own (graders run in other processes); those are
+    placed on the trainer step in progress when they finished, with an ASOF join on wall-clock time.
+    Calls stamped with a step keep it and skip the join (a million calls need not be joined for nothing)."""
+    return ("SELECT step, grader_kind, latency_s, outcome FROM grader_call WHERE step IS NOT NULL UNION ALL "
+            "SELECT s.step, g.grader_kind, g.latency_s, g.outcome FROM "
+            "(SELECT ts_ns, grader_kind, latency_s, outcome FROM grader_call WHERE step IS NULL) g "
+            f"ASOF LEFT JOIN {ctx.step_starts()} s ON g.ts_ns >= s.ts_ns")
 
 
 @rule("grader-slow", concern="grader", title="Grader latency far above its baseline",
@@ -28,7 +32,7 @@ def slow(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         return Insufficient("no grader_call events")
     per: dict[str, dict[int, float]] = {}
     for kind, step, p95 in ctx.rows(
-            f"SELECT grader_kind, step, quantile_cont(latency_s, 0.95) FROM ({_CALLS_BY_STEP}) "
+            f"SELECT grader_kind, step, quantile_cont(latency_s, 0.95) FROM ({_calls_by_step(ctx)}) "
             f"WHERE outcome = 'ok' AND latency_s IS NOT NULL AND step IS NOT NULL{ctx.step_filter()} GROUP BY ALL"):
         per.setdefault(kind or "?", {})[int(step)] = float(p95)
     out = []
@@ -80,7 +84,7 @@ def timeouts(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                                   f"FROM grader_call WHERE true{ctx.step_filter()} GROUP BY grader_kind ORDER BY 1"):
         if n_to >= th["min_calls"] and n_to / n >= th["share"]:
             steps = [int(r[0]) for r in ctx.rows(
-                f"SELECT step FROM ({_CALLS_BY_STEP}) WHERE outcome = 'timeout' AND step IS NOT NULL "
+                f"SELECT step FROM ({_calls_by_step(ctx)}) WHERE outcome = 'timeout' AND step IS NOT NULL "
                 "AND grader_kind = ?", [kind])]
             out.append(Finding(
                 rule="grader-timeouts", severity=Severity.WARNING,
@@ -104,9 +108,9 @@ def hung(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     if not ctx.count("grader_inflight"):
         return Insufficient("no grader_inflight (watchdog) events")
     rows = ctx.rows(
-        "WITH steps AS (SELECT min(ts_ns) ts_ns, step FROM train_step WHERE step IS NOT NULL GROUP BY step) "
         "SELECT coalesce(g.step, s.step) st, g.grader_kind, g.overdue, g.oldest_age_s, g.deadline_s "
-        "FROM grader_inflight g ASOF LEFT JOIN steps s ON g.ts_ns >= s.ts_ns WHERE g.overdue > 0 ORDER BY g.ts_ns")
+        f"FROM grader_inflight g ASOF LEFT JOIN {ctx.step_starts()} s ON g.ts_ns >= s.ts_ns WHERE g.overdue > 0 "
+        "ORDER BY g.ts_ns")
     if not rows:
         return []
     steps = [int(r[0]) for r in rows if r[0] is not None]

@@ -11,7 +11,12 @@ from rlobs.doctor.model import Evidence, Finding, RuleResult, Severity, rule
 
 
 def _series(ctx: RunContext) -> list[tuple[int, float]]:
-    """(step, grad norm) with NaN for non-finite steps; several ranks per step: non-finite wins, else max."""
+    """(step, grad norm) with NaN for non-finite steps; several ranks per step: non-finite wins, else max.
+    Read once per diagnosis (both grad-norm rules use it)."""
+    return ctx.memo("grad_norm_series", lambda: _read_series(ctx))
+
+
+def _read_series(ctx: RunContext) -> list[tuple[int, float]]:
     per_step: dict[int, float] = {}
     for step, g, nonfinite in ctx.rows("SELECT step, grad_norm, coalesce(nonfinite, false) FROM train_step "
                                        f"WHERE step IS NOT NULL{ctx.step_filter()}"):

@@ -20,10 +20,10 @@ def repeated(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     the exactly-once guarantee broke (typically a resume that replays consumed samples)."""
     if not ctx.count("ledger"):
         return Insufficient("no ledger events")
-    summary = ctx.sample_summary()
-    rows = ctx.rows(f"SELECT sample_id, consumed, first_consumed_step, last_consumed_step FROM {summary} "
+    suspects = ctx.suspect_samples()
+    rows = ctx.rows(f"SELECT sample_id, consumed, first_consumed_step, last_consumed_step FROM {suspects} "
                     "WHERE consumed > 1 ORDER BY first_consumed_step, sample_id")
-    flagged = ctx.scalar(f"SELECT count(*) FROM {summary} WHERE duplicate")
+    flagged = ctx.scalar(f"SELECT count(*) FROM {suspects} WHERE duplicate")
     if not rows and not flagged:
         return []
     steps = [r[3] for r in rows if r[3] is not None]  # the repeat happens at the later consumption
@@ -56,10 +56,9 @@ def skipped(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     if last_step is not None:
         cutoff = int(last_step) - int(th["grace_steps"])
         rows = ctx.rows(
-            f"WITH g AS (SELECT sample_id, generated_ts ts FROM {ctx.sample_summary()} "
-            "WHERE NOT terminal AND generated_ts IS NOT NULL), "
-            "steps AS (SELECT min(ts_ns) ts_ns, step FROM train_step WHERE step IS NOT NULL GROUP BY step) "
-            "SELECT g.sample_id, s.step FROM g ASOF LEFT JOIN steps s ON g.ts >= s.ts_ns "
+            f"WITH g AS (SELECT sample_id, generated_ts ts FROM {ctx.suspect_samples()} "
+            "WHERE NOT terminal AND generated_ts IS NOT NULL) "
+            f"SELECT g.sample_id, s.step FROM g ASOF LEFT JOIN {ctx.step_starts()} s ON g.ts >= s.ts_ns "
             f"WHERE coalesce(s.step, -1) < {cutoff} ORDER BY s.step, g.sample_id")
         if rows:
             steps += [int(r[1]) for r in rows if r[1] is not None]
@@ -91,14 +90,19 @@ def skipped(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
 
 
 def _prompt_gaps(ctx: RunContext) -> list[int]:
-    """Missing indices in prompt ids of the form '<prefix><integer>' dispatched by the generator."""
+    """Missing indices in prompt ids of the form '<prefix><integer>' dispatched by the generator (the first
+    1000). Computed in SQL from the gaps between consecutive distinct indices: a run of 1M prompts returns
+    a handful of rows, not a million indices to check in Python."""
     if not ctx.count("rollout"):
         return []
-    rows = ctx.rows("SELECT DISTINCT TRY_CAST(regexp_extract(p, '(\\d+)$', 1) AS BIGINT) i FROM "
-                    "(SELECT DISTINCT prompt_id p FROM rollout WHERE prompt_id IS NOT NULL AND prompt_id NOT LIKE 'eval%') "
-                    "ORDER BY i")
-    idx = [int(r[0]) for r in rows if r[0] is not None]
-    if len(idx) < 2:
-        return []
-    present = set(idx)
-    return [i for i in range(idx[0], idx[-1] + 1) if i not in present][:1000]
+    rows = ctx.rows(
+        "WITH idx AS (SELECT DISTINCT TRY_CAST(regexp_extract(p, '(\\d+)$', 1) AS BIGINT) i FROM "
+        "(SELECT DISTINCT prompt_id p FROM rollout WHERE prompt_id IS NOT NULL AND prompt_id NOT LIKE 'eval%')), "
+        "runs AS (SELECT i, lead(i) OVER (ORDER BY i) nxt FROM idx WHERE i IS NOT NULL) "
+        "SELECT i, nxt FROM runs WHERE nxt > i + 1 ORDER BY i LIMIT 1000")
+    out: list[int] = []
+    for i, nxt in rows:
+        out.extend(range(int(i) + 1, min(int(nxt), int(i) + 1 + 1000 - len(out))))
+        if len(out) >= 1000:
+            break
+    return out

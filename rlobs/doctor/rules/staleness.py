@@ -9,6 +9,11 @@ from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Seve
 
 
 def max_staleness_per_step(ctx: RunContext) -> list[tuple[int, int]]:
+    """(step, max staleness of the samples it consumed), read once per diagnosis (two rules use it)."""
+    return ctx.memo("max_staleness_per_step", lambda: _read_max_staleness(ctx))
+
+
+def _read_max_staleness(ctx: RunContext) -> list[tuple[int, int]]:
     if ctx.count("staleness"):
         rows = ctx.rows("SELECT step, max(max_staleness) v FROM staleness WHERE step IS NOT NULL"
                         f"{ctx.step_filter()} GROUP BY step HAVING v IS NOT NULL ORDER BY step")
@@ -21,6 +26,10 @@ def max_staleness_per_step(ctx: RunContext) -> list[tuple[int, int]]:
 
 def resume_steps(ctx: RunContext) -> list[int]:
     """First step of every trainer process that replaced an earlier one of the same rank (a resume)."""
+    return ctx.memo("resume_steps", lambda: _read_resume_steps(ctx))
+
+
+def _read_resume_steps(ctx: RunContext) -> list[int]:
     rows = ctx.rows("SELECT rank, process, min(ts_ns), min(step) FROM train_step WHERE component = 'trainer' "
                     "AND step IS NOT NULL GROUP BY rank, process ORDER BY rank, min(ts_ns)")
     out, seen = [], set()

@@ -3,18 +3,24 @@
 from __future__ import annotations
 
 import statistics
-from typing import Mapping
+from typing import Any, Mapping
 
 from rlobs.doctor.context import RunContext, json_list, runs_of
 from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
+
+
+def _boundaries(ctx: RunContext) -> dict[Any, int]:
+    """Recorded boundary -> number of sync events (one query per diagnosis, shared by the six rules)."""
+    return ctx.memo("weight_sync_boundaries", lambda: dict(ctx.rows(
+        "SELECT boundary, count(*) FROM weight_sync GROUP BY boundary ORDER BY boundary")))
 
 
 def _needs_sync(ctx: RunContext, boundary: str | None = None) -> Insufficient | None:
     """Insufficient unless the record has sync events (of ``boundary``, when given): no rows is not healthy."""
     if not ctx.count("weight_sync"):
         return Insufficient("no weight_sync events (no sync recorded)")
-    if boundary is not None and not ctx.scalar(f"SELECT count(*) FROM weight_sync WHERE boundary = '{boundary}'"):
-        have = [r[0] for r in ctx.rows("SELECT DISTINCT boundary FROM weight_sync ORDER BY 1")]
+    if boundary is not None and not _boundaries(ctx).get(boundary):
+        have = list(_boundaries(ctx))
         return Insufficient(f"no '{boundary}' boundary spans (recorded boundaries: {', '.join(map(str, have))})")
     return None
 
@@ -26,8 +32,9 @@ def _versions(rows: list[tuple]) -> tuple[int, int]:
 
 def _step_of_version(ctx: RunContext, version: int) -> int | None:
     """The first step that trained with ``version`` (steps are stamped on sync events when available)."""
-    s = ctx.scalar(f"SELECT min(step) FROM weight_sync WHERE version = {int(version)} AND step IS NOT NULL")
-    return int(s) if s is not None else None
+    first = ctx.memo("weight_sync_first_step", lambda: {int(v): int(s) for v, s in ctx.rows(
+        "SELECT version, min(step) FROM weight_sync WHERE step IS NOT NULL AND version IS NOT NULL GROUP BY version")})
+    return first.get(int(version))
 
 
 def _span(ctx: RunContext, rows: list[tuple]) -> tuple[int | None, int | None]:
