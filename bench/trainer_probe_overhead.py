@@ -74,6 +74,7 @@ def per_probe_costs(groups: int, group_size: int, tokens: int, tis_cap: float) -
                   "max_token_version": 3, "prompt_ids": [1] * 20, "completion_ids": [2] * tokens, "finish_reason": "stop",
                   "gen_seconds": 0.5, "prompt": "p", "completion": "c", "logprobs": [-1.0] * tokens}
         flat = [(i % 3 == 0, {"completion_ids": [0] * tokens}) for i in range(n)]
+        fps = {f"model.layers.{i}.w": f"{i:016x}" for i in range(15)}  # the tiny model's 15 engine tensors
         calls: dict[str, tuple[Callable[[], Any], int]] = {
             "gradnorm.observe": (lambda: P.grad.observe(grad_norm=0.7, groups=model, sample_ids=ids, step=1, emit=False), 1),
             "advantage.observe": (lambda: P.adv.observe(rewards, advantages=advs, token_denominator=n * tokens, step=1), 1),
@@ -90,9 +91,7 @@ def per_probe_costs(groups: int, group_size: int, tokens: int, tis_cap: float) -
             "ledger event (generated, graded, consumed)": (lambda: telemetry.on_ledger("s0", "g0", "graded", tokens=5), 3 * n),
             "rollout event": (lambda: telemetry.on_rollout(sample), n),
             "grader.track": (lambda: _track(P), n),
-            "weight_sync boundaries + span": (lambda: [telemetry.on_sync_boundary(1, b, duration_s=0.01, bytes=1, outcome="ok")
-                                                       for b in ("dump", "staging", "transfer", "load", "cache_reset",
-                                                                 "end_to_end")] + [telemetry.on_span("weight_sync", 0, 1)], 1),
+            "weight_sync: both probe sessions, 5 boundaries + lag": (lambda: _sync(P, fps), 1),
             "queue events": (lambda: telemetry.on_queue("graded", 3, 32), 2),
         }
         out = {}
@@ -103,6 +102,27 @@ def per_probe_costs(groups: int, group_size: int, tokens: int, tis_cap: float) -
         rlobs.shutdown()
     out["_telemetry_dropped"] = dropped
     return out
+
+
+def _sync(P: Any, fps: dict[str, str]) -> None:
+    """Both sides of one sync as trainer_ref runs them (fingerprints already computed by the dump)."""
+    with P.wsync_send.sync(1, expected=list(fps), end_to_end=False) as s:
+        with s.dump() as b:
+            b.record_fingerprints(fps, nbytes=1 << 20)
+        with s.staging() as b:
+            b.lock_wait_s, b.lock_hold_s, b.seq_before, b.seq_after, b.torn, b.bytes = 0.0, 0.001, 2, 2, False, 1 << 20
+        hand = {**s.handoff(), "sender_s": 0.001}
+    with P.wsync_recv.sync(handoff=hand) as s:
+        with s.transfer() as b:
+            b.bytes = 1 << 20
+            b.add_seconds(hand["sender_s"])
+        with s.load() as b:
+            b.record_fingerprints(fps)
+        with s.cache_reset() as b:
+            b.requested()
+            b.confirmed(True)
+            b.inflight(aborted=3, resumed=0)
+        s.serving()
 
 
 def _track(P: Any) -> None:

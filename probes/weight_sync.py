@@ -179,19 +179,35 @@ class Boundary:
         """Fingerprint ``state`` (or ``names`` of it). At ``dump`` the result is kept as the reference;
         at ``load`` it is compared with the dump's (mismatched and missing tensors listed)."""
         fps = fingerprints(state, names, self.session.probe.fingerprint_max_bytes)
+        nbytes = self.fields.get("bytes") or sum(tensor_nbytes(state[k]) for k in fps)
+        if expected is None and names is not None and self.name == "dump" and self.session.expected is None:
+            expected = list(names)  # the names asked for are the ones expected
+        self.record_fingerprints(fps, expected=expected, present=list(state), nbytes=nbytes, subset=names is not None)
+        return fps
+
+    def record_fingerprints(self, fps: Mapping[str, str], *, expected: Iterable[str] | None = None,
+                            present: Iterable[str] | None = None, nbytes: int | None = None,
+                            subset: bool = False) -> None:
+        """Like ``record_state`` for fingerprints computed elsewhere (``probes.fingerprint`` in another
+        process, e.g. inside an inference engine's workers, which returns only the digests).
+        present: tensor names that exist (default: the keys of ``fps``); subset: ``fps`` covers only
+        some of the tensors, so only those are compared with the dump."""
+        fps = dict(fps)
         exp = list(expected) if expected is not None else self.session.expected
-        self.fields["bytes"] = self.fields.get("bytes") or sum(tensor_nbytes(state[k]) for k in fps)
+        have = set(fps) if present is None else set(present) | set(fps)
+        if nbytes is not None:
+            self.fields["bytes"] = self.fields.get("bytes") or int(nbytes)
         self.fields["fingerprint"] = combined_fingerprint(fps)
         if self.name == "dump":
             self.session.dump_fingerprints = fps
             if exp is None:
-                exp = list(fps) if names is None else list(names)
+                exp = list(fps)
                 self.session.expected = exp
         missing: set[str] = set()
         if self.name == "load" and self.session.dump_fingerprints is not None:
             ref = self.session.dump_fingerprints
-            if names is not None:  # only the fingerprinted subset can be compared
-                ref = {k: v for k, v in ref.items() if k in fps or k not in state}
+            if subset:  # only the fingerprinted subset can be compared
+                ref = {k: v for k, v in ref.items() if k in fps or k not in have}
             mismatched, missing_ref = compare_fingerprints(ref, fps)
             missing.update(missing_ref)
             self.fields["fingerprint_match"] = not mismatched and not missing_ref
@@ -199,21 +215,28 @@ class Boundary:
             if mismatched:
                 self.outcome = "mismatch"
         if exp is not None:
-            present = [k for k in exp if k in state]
-            missing.update(set(exp) - set(present))
+            present_exp = [k for k in exp if k in have]
+            missing.update(set(exp) - set(present_exp))
             self.fields["tensors_expected"] = len(exp)
-            self.fields["tensors_present"] = len(present)
+            self.fields["tensors_present"] = len(present_exp)
         if exp is not None or missing:
             self.fields["missing_tensors"] = dumps(sorted(missing))
         if missing:
             self.outcome = "mismatch"
-        return fps
+
+    def add_seconds(self, seconds: float) -> None:
+        """Time this boundary spent in another process before this side's block (e.g. the sender's
+        half of a two-sided transfer, taken from the handoff): added to the duration, start moved back."""
+        self.extra_s = getattr(self, "extra_s", 0.0) + max(0.0, float(seconds))
 
     # staging
-    def record_read(self, r: StagingRead) -> None:
+    def record_read(self, r: Any, nbytes: int | None = None) -> None:
+        """A staging read: ``StagingRead`` or any object with the same sequence / lock / torn fields
+        (``nbytes`` then gives its size)."""
+        if nbytes is None:
+            nbytes = sum(int(a.nbytes) for a in r.payload.values())
         self.fields.update(lock_wait_s=r.lock_wait_s, lock_hold_s=r.lock_hold_s, seq_before=r.seq_before,
-                           seq_after=r.seq_after, torn=r.torn,
-                           bytes=sum(int(a.nbytes) for a in r.payload.values()))
+                           seq_after=r.seq_after, torn=r.torn, bytes=int(nbytes))
         if r.torn:
             self.outcome = "torn"
 
@@ -230,7 +253,8 @@ class Boundary:
         self.fields["inflight_resumed"] = int(resumed)
 
     def _finish(self, failed: BaseException | None) -> dict[str, Any]:
-        duration = time.perf_counter() - self._t0
+        extra = getattr(self, "extra_s", 0.0)
+        duration = time.perf_counter() - self._t0 + extra
         f = dict(self.fields)
         if self.name == "transfer" and f.get("bytes") is not None and "bandwidth_bps" not in f and duration > 0:
             f["bandwidth_bps"] = float(f["bytes"]) / duration
@@ -248,7 +272,7 @@ class Boundary:
                 outcome = "skipped"
             else:
                 outcome = "ok"
-        f.update(boundary=self.name, start_ns=self.start_ns, duration_s=duration, outcome=outcome)
+        f.update(boundary=self.name, start_ns=self.start_ns - int(extra * 1e9), duration_s=duration, outcome=outcome)
         return _plain(f)
 
 

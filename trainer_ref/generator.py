@@ -60,6 +60,7 @@ class VLLMGenerator:
         self._stop = False
         self._dead: str | None = None
         self._req_seq = 0
+        self._incarnation = f"{os.getpid()}:{time.time_ns()}"  # a restarted actor is a new incarnation
         self.tokens_generated = 0
         self.samples_done = 0
         self.busy_s = 0.0
@@ -84,12 +85,25 @@ class VLLMGenerator:
     def ready(self) -> bool:
         return True
 
+    def incarnation(self) -> str:
+        """``pid:start_ns`` of this instance: differs after Ray restarted the actor (state and weights gone)."""
+        return self._incarnation
+
+    def known_groups(self) -> list[str]:
+        """Group ids this instance holds (in flight or finished, not yet polled): the driver resubmits
+        only the others after a restart."""
+        with self._lock:
+            return list(self._groups) + [g["group_id"] for g in self._done]
+
     def submit(self, groups: list[dict[str, Any]], private: bool = False) -> int:
         """Queue groups {group_id, prompt_idx, prompt, n, seed, answer?}; returns groups in flight.
         ``private`` groups are returned only to ``generate`` (never to ``poll``)."""
+        from probes import tag_dispatch
+
         self._check()
         now = time.time()
         with self._lock:
+            tag = tag_dispatch(self.version)  # stamped at dispatch, not completion (staleness, age)
             for g in groups:
                 g = {**g, "_private": private}
                 ids = self.tok(g["prompt"], add_special_tokens=False)["input_ids"]
@@ -97,7 +111,8 @@ class VLLMGenerator:
                 for j in range(g["n"]):
                     self._inbox.append({"sample_id": f"{g['group_id']}-s{j}", "group_id": g["group_id"], "j": j,
                                         "prompt_ids": ids, "gen_ids": [], "logprobs": [], "seed": g["seed"] * 1000 + j,
-                                        "dispatch_version": self.version, "min_v": None, "max_v": None,
+                                        "dispatch_version": tag.dispatch_version, "dispatch_ns": tag.dispatch_ns,
+                                        "min_v": None, "max_v": None,
                                         "t0": now, "interrupts": 0, "aborted_tokens": 0})
             self._lock.notify_all()
             return len(self._groups)
@@ -136,12 +151,17 @@ class VLLMGenerator:
                     "busy_s": self.busy_s}
 
     def update_weights(self, payload_ref: list[Any], version: int, expected: dict[str, str],
-                       shapes: dict[str, list[int]], interrupt: str | None = None, timeout: float = 300.0) -> dict[str, Any]:
-        """Stages 3b-5 of a weight sync, applied by the engine thread between two engine steps."""
+                       shapes: dict[str, list[int]], interrupt: str | None = None, timeout: float = 300.0,
+                       handoff: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Stages 3b-5 of a weight sync, applied by the engine thread between two engine steps.
+        ``handoff``: the trainer side's ``WeightSyncProbe`` handoff (default: built from ``expected``)."""
         self._check()
+        if handoff is None:
+            handoff = {"version": version, "fingerprints": expected, "expected": sorted(expected)}
         with self._lock:
             self._update = {"ref": payload_ref[0], "version": version, "expected": expected, "shapes": shapes,
-                            "interrupt": interrupt or self.cfg.get("interrupt", "resume"), "t_req": time.perf_counter()}
+                            "interrupt": interrupt or self.cfg.get("interrupt", "resume"), "t_req": time.perf_counter(),
+                            "handoff": handoff}
             self._update_done.clear()
             self._lock.notify_all()
         if not self._update_done.wait(timeout):
@@ -197,7 +217,7 @@ class VLLMGenerator:
         sample = {"sample_id": req["sample_id"], "group_id": req["group_id"], "prompt_idx": g["meta"]["prompt_idx"],
                   "prompt": g["meta"]["prompt"], "answer": g["meta"].get("answer"), "prompt_ids": req["prompt_ids"],
                   "completion_ids": list(req["gen_ids"]), "completion": text, "logprobs": list(req["logprobs"]),
-                  "dispatch_version": req["dispatch_version"],
+                  "dispatch_version": req["dispatch_version"], "dispatch_ns": req["dispatch_ns"],
                   "min_token_version": req["min_v"] if req["min_v"] is not None else self.version,
                   "max_token_version": req["max_v"] if req["max_v"] is not None else self.version,
                   "finish_reason": reason, "gen_seconds": time.time() - req["t0"], "t_done": time.time(),
@@ -238,30 +258,33 @@ class VLLMGenerator:
                 requeue.append(req)
             rep["aborted"] = len(inflight)
             self._inbox.extendleft(reversed(requeue))
-            payload, rep["transfer_recv_s"] = weight_sync.receive(upd["ref"])
-            rep["bytes"] = len(payload)
-            t1 = time.perf_counter()
-            lr = weight_sync.load_into_engine(self.llm, faults.corrupt_payload(self.fault, upd["version"] - 1, payload),
-                                              upd["expected"], upd["shapes"])
-            rep.update(load_s=time.perf_counter() - t1, tensors_present=lr.tensors_present,
-                       mismatched=lr.mismatched, fingerprint=weight_sync.digest(lr.fingerprints),
-                       mem_hwm_bytes=lr.mem_hwm_bytes,
-                       sources={s: sum(1 for v in lr.sources.values() if v == s) for s in set(lr.sources.values())})
-            t2 = time.perf_counter()
-            rep["reset_confirmed"] = faults.reset_cache(self.fault, upd["version"] - 1, weight_sync.reset_cache, self.llm)
-            rep["reset_s"] = time.perf_counter() - t2
-            self.version = upd["version"]
-            telemetry.set_context(version=self.version)
-            v = upd["version"]
-            telemetry.on_sync_boundary(v, "load", duration_s=rep["load_s"], bytes=len(payload),
-                                       outcome="ok" if lr.match else "mismatch", tensors_expected=len(upd["expected"]),
-                                       tensors_present=len(lr.fingerprints), fingerprint=rep["fingerprint"],
-                                       fingerprint_match=lr.match, mismatched_tensors=telemetry.to_json(lr.mismatched),
-                                       mem_hwm_bytes=lr.mem_hwm_bytes)
-            telemetry.on_sync_boundary(v, "cache_reset", duration_s=rep["reset_s"], reset_requested=rep["reset_confirmed"] is not None,
-                                       reset_confirmed=rep["reset_confirmed"], inflight_aborted=rep["aborted"],
-                                       inflight_resumed=rep["resumed"],
-                                       outcome="ok" if rep["reset_confirmed"] else "skipped" if rep["reset_confirmed"] is None else "error")
+            v, hand = upd["version"], upd["handoff"]
+            with telemetry.probe().wsync_recv.sync(handoff=hand) as sess:
+                with sess.transfer() as b:  # 3b: receive; the sender's put counts in the boundary
+                    payload, rep["transfer_recv_s"] = weight_sync.receive(upd["ref"])
+                    rep["bytes"] = b.bytes = len(payload)
+                    b.add_seconds(float(hand.get("sender_s") or 0.0))
+                t1 = time.perf_counter()
+                with sess.load() as b:  # 4: load in every worker; engine fingerprints vs the dump's
+                    lr = weight_sync.load_into_engine(self.llm, faults.corrupt_payload(self.fault, v - 1, payload),
+                                                      upd["expected"], upd["shapes"])
+                    b.record_fingerprints(lr.fingerprints, nbytes=len(payload))
+                    b.mem_hwm_bytes = lr.mem_hwm_bytes
+                rep.update(load_s=time.perf_counter() - t1, tensors_present=lr.tensors_present,
+                           mismatched=lr.mismatched, fingerprint=weight_sync.digest(lr.fingerprints),
+                           mem_hwm_bytes=lr.mem_hwm_bytes,
+                           sources={s: sum(1 for x in lr.sources.values() if x == s) for s in set(lr.sources.values())})
+                t2 = time.perf_counter()
+                with sess.cache_reset() as b:  # 5: requested and confirmed; in-flight requests
+                    rep["reset_confirmed"] = faults.reset_cache(self.fault, v - 1, weight_sync.reset_cache, self.llm)
+                    if rep["reset_confirmed"] is not None:
+                        b.requested()
+                        b.confirmed(rep["reset_confirmed"])
+                    b.inflight(aborted=rep["aborted"], resumed=rep["resumed"])
+                rep["reset_s"] = time.perf_counter() - t2
+                self.version = v
+                telemetry.set_context(version=self.version)
+                sess.serving()  # the end-to-end lag runs from the optimiser step to here
         except Exception as e:  # reported to the caller, the loop survives
             rep["error"] = f"{type(e).__name__}: {e}"
         self._update_report = rep

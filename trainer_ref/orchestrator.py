@@ -28,6 +28,14 @@ from trainer_ref.task import make_problem
 EVAL_SEED_OFFSET = 777_777
 
 
+def actor_errors() -> tuple[type[BaseException], ...]:
+    """What a call to a dead or restarting Ray actor raises (ActorDiedError and ActorUnavailableError
+    are RayActorErrors; listed for the reader)."""
+    from ray.exceptions import ActorDiedError, ActorUnavailableError, RayActorError
+
+    return (RayActorError, ActorDiedError, ActorUnavailableError)
+
+
 class Orchestrator:
     def __init__(self, cfg: Config, model_dir: str, hashes: dict[str, str], actors: dict[str, Any]) -> None:
         self.cfg, self.model_dir, self.hashes = cfg, model_dir, hashes
@@ -35,6 +43,7 @@ class Orchestrator:
         self.gen, self.trainer, self.graders = actors["generator"], actors["trainer"], actors["graders"]
         self.step, self.version, self.cursor = 0, 0, 0
         self.ledger = Ledger()
+        self.admission = self._admission()
         self.buffer: deque[dict[str, Any]] = deque()  # graded groups not yet consumed (checkpointed)
         self.history: list[dict[str, Any]] = []
         self.evals: list[dict[str, Any]] = []
@@ -44,6 +53,13 @@ class Orchestrator:
         self._pending_sync: Any = None
         self._gi = 0
         self.on_step: Callable[[dict[str, Any]], None] | None = None
+        # actor recovery (separate_async): the generator / grader instances we synced and pointed at
+        # this run, one RLock serialising every weight push, and what each restart cost
+        self._sync_lock = threading.RLock()
+        self._gen_inc: str | None = None
+        self._grader_inc: dict[int, str] = {}
+        self.restarts: list[dict[str, Any]] = []
+        self.recovery = {"resubmitted_groups": 0, "regraded_groups": 0, "grader_lost_samples": 0}
 
     # ----- data ------------------------------------------------------------------------------
     def next_groups(self, k: int) -> list[dict[str, Any]]:
@@ -58,13 +74,22 @@ class Orchestrator:
     # ----- grading ---------------------------------------------------------------------------
     def grade_async(self, groups: list[dict[str, Any]]) -> Any:
         """Submit a list of groups to a grader (round robin); returns an ObjectRef of results."""
-        samples = [s for g in groups for s in g["samples"]]
+        self._mark_generated(groups)
+        return self._grade_on(groups, self._next_grader())
+
+    def _mark_generated(self, groups: list[dict[str, Any]]) -> None:
         for g in groups:
             for s in g["samples"]:
                 self.ledger.mark(s["sample_id"], g["group_id"], "generated", tokens=len(s["completion_ids"]))
-        w = self.graders[self._gi % len(self.graders)]
+
+    def _next_grader(self) -> int:
+        i = self._gi % len(self.graders)
         self._gi += 1
-        return w.grade.remote(samples, time.time())
+        return i
+
+    def _grade_on(self, groups: list[dict[str, Any]], i: int) -> Any:
+        """Grade on worker ``i`` (no ledger transition: a re-grade after a grader death uses it too)."""
+        return self.graders[i].grade.remote([s for g in groups for s in g["samples"]], time.time())
 
     def rewards_for(self, groups: list[dict[str, Any]]) -> list[dict[str, Any]]:
         """Grade and wait for the rewards (the wait is the trainer's reward-wait time)."""
@@ -98,23 +123,137 @@ class Orchestrator:
                 self._drop_group({**g, "samples": ok}, "grader_error")
         return kept
 
-    def _drop_group(self, g: dict[str, Any], reason: str, staleness: int | None = None) -> None:
+    def _drop_group(self, g: dict[str, Any], reason: str) -> None:
         now = time.time()
         for s in g["samples"]:
             self.ledger.mark(s["sample_id"], g["group_id"], "dropped", reason=reason, tokens=len(s["completion_ids"]),
-                             staleness=staleness, age_s=now - s["t_done"])
+                             age_s=now - s["t_done"])
         self.dropped[reason] = self.dropped.get(reason, 0) + len(g["samples"])
         telemetry.probe().goodput.add_drop(reason, sum(len(s["completion_ids"]) for s in g["samples"]), len(g["samples"]))
 
+    # ----- actor recovery (separate_async) ---------------------------------------------------
+    # Generator and graders are Ray actors with ``max_restarts``: a killed one comes back with its
+    # constructor's state (a fresh vLLM engine with the initial model, nothing in flight, its recorder
+    # on the run it was created for). The dispatcher notices (an actor error from a call, or a new
+    # ``incarnation``), waits for it, points it at this run, re-pushes the trainer's weights to a
+    # generator (else its version tag would not describe the weights it samples with), resubmits the
+    # groups that were in flight on it and re-grades the groups whose grading was lost.
+    def _wait_ready(self, actor: Any) -> str:
+        """Block until ``actor`` answers (while Ray restarts it, calls fail); its incarnation."""
+        import ray
+        from ray.exceptions import GetTimeoutError
+
+        deadline = time.time() + self.cfg.restart_timeout_s
+        while True:
+            try:
+                return ray.get(actor.incarnation.remote(), timeout=max(1.0, min(30.0, deadline - time.time())))
+            except (*actor_errors(), GetTimeoutError) as e:
+                if time.time() > deadline:
+                    raise RuntimeError(f"actor not back after {self.cfg.restart_timeout_s:.0f} s "
+                                       f"(max_restarts={self.cfg.max_restarts}): {type(e).__name__}") from e
+                time.sleep(0.2)
+
+    def _baseline_incarnations(self) -> None:
+        """The instances this run synced and pointed at its record (taken when the dispatcher starts)."""
+        import ray
+
+        if self._gen_inc is None:
+            self._gen_inc = ray.get(self.gen.incarnation.remote())
+        for i, w in enumerate(self.graders):
+            if w is not self.gen and i not in self._grader_inc:
+                self._grader_inc[i] = ray.get(w.incarnation.remote())
+
+    def _note_restart(self, component: str, rank: int, old: str | None, new: str, cause: str, wait_s: float,
+                      **extra: Any) -> None:
+        """The restart in the record: an ``incident`` (fault ``actor_restart:<component>``) and a heartbeat."""
+        r = {"component": component, "rank": rank, "step": self.step, "old": old, "new": new, "cause": cause,
+             "wait_s": round(wait_s, 3), **extra}
+        self.restarts.append(r)
+        telemetry.heartbeat("recover", f"{component} r{rank} restarted ({cause}); back after {wait_s:.1f}s")
+        telemetry.SWITCH.emit("incident", fault=f"actor_restart:{component}", onset_step=int(self.step),
+                              magnitude=float(wait_s), detail=telemetry.to_json(r))
+
+    def _ensure_generator(self, cause: str) -> bool:
+        """If the generator is not the instance this run synced: wait for it, point it at this run and
+        push the trainer's current weights (interrupt ``abort``). True when this call recovered it."""
+        import ray
+
+        with self._sync_lock:
+            t0 = time.time()
+            inc = self._wait_ready(self.gen)
+            if inc == self._gen_inc:
+                return False
+            ray.get([self.gen.set_run.remote(self.cfg.run_dir, self.cfg.to_dict(), self.hashes),
+                     self.gen.set_telemetry.remote(telemetry.enabled())])
+            self._pending_sync = None  # an update sent to the dead instance died with it
+            for attempt in range(3):
+                try:
+                    rep = self.sync_weights(interrupt="abort")
+                    break
+                except actor_errors():  # died again while loading: wait for the next instance
+                    self._pending_sync = None
+                    inc = self._wait_ready(self.gen)
+                    ray.get([self.gen.set_run.remote(self.cfg.run_dir, self.cfg.to_dict(), self.hashes),
+                             self.gen.set_telemetry.remote(telemetry.enabled())])
+            else:
+                raise RuntimeError("generator died during every re-sync after its restart")
+            old, self._gen_inc = self._gen_inc, inc
+            self._note_restart("generator", 0, old, inc, cause, time.time() - t0,
+                               resynced_version=(rep or {}).get("version"))
+            return True
+
+    def _ensure_grader(self, i: int, cause: str) -> bool:
+        """Wait for grader ``i`` and point a restarted one at this run. True when it had restarted."""
+        import ray
+
+        w = self.graders[i]
+        if w is self.gen:  # colocated graders live in the generator
+            return self._ensure_generator(cause)
+        t0 = time.time()
+        inc = self._wait_ready(w)
+        if inc == self._grader_inc.get(i):
+            return False
+        ray.get([w.set_run.remote(self.cfg.run_dir, self.cfg.to_dict(), self.hashes),
+                 w.set_telemetry.remote(telemetry.enabled())])
+        old, self._grader_inc[i] = self._grader_inc.get(i), inc
+        self._note_restart("grader", i, old, inc, cause, time.time() - t0)
+        return True
+
+    def _resilient_sync(self, call: Callable[[], Any]) -> Any:
+        """The trainer loop's weight push / collect, tolerating a generator death: the recovery re-pushes
+        the trainer's current weights, then the call is repeated (at worst the same version twice)."""
+        for _ in range(3):
+            try:
+                with self._sync_lock:
+                    return call()
+            except actor_errors() as e:
+                with self._sync_lock:
+                    self._pending_sync = None
+                self._ensure_generator(f"weight sync: {type(e).__name__}")
+        raise RuntimeError("weight sync failed across three generator restarts")
+
     # ----- consumption, training, sync -------------------------------------------------------
-    def admissible(self, g: dict[str, Any]) -> str | None:
-        """Why a graded group may not be consumed now (None: it may)."""
-        stal = self.version - min(s["dispatch_version"] for s in g["samples"])
-        if stal > faults.max_staleness(self.fault, self.step, self.cfg.max_staleness):
-            return "stale"
-        if time.time() - min(s["t_done"] for s in g["samples"]) > self.cfg.rollout_ttl_s:
-            return "ttl"
-        return None
+    def _admission(self) -> Any:
+        """The driver's StalenessProbe: staleness and TTL bounds at consumption; its drops go to the ledger."""
+        from probes import StalenessProbe
+
+        return StalenessProbe(telemetry.SWITCH, max_staleness=self.cfg.max_staleness, ttl_s=self.cfg.rollout_ttl_s,
+                              is_cap=self.cfg.tis_cap or 2.0, ledger=self.ledger)
+
+    def admit(self, g: dict[str, Any]) -> bool:
+        """Apply the staleness / TTL bounds to a graded group as a whole (GRPO needs its group): every
+        sample is judged on the group's dispatch tag (oldest version and time), so all share the verdict;
+        a dropped group's samples are dropped in the ledger with the reason, its tokens in goodput."""
+        tag = {"dispatch_version": min(s["dispatch_version"] for s in g["samples"]),
+               "dispatch_ns": min(int(s.get("dispatch_ns") or (s["t_done"] - s["gen_seconds"]) * 1e9) for s in g["samples"])}
+        self.admission.max_staleness = faults.max_staleness(self.fault, self.step, self.cfg.max_staleness)
+        why = None
+        for s in g["samples"]:
+            why = self.admission.admit(s["sample_id"], tag, self.version, tokens=len(s["completion_ids"]))
+        if why:
+            self.dropped[why] = self.dropped.get(why, 0) + len(g["samples"])
+            telemetry.probe().goodput.add_drop(why, sum(len(s["completion_ids"]) for s in g["samples"]), len(g["samples"]))
+        return why is None
 
     def train_on(self, groups: list[dict[str, Any]], data_wait_s: float) -> dict[str, Any]:
         import ray
@@ -178,13 +317,12 @@ class Orchestrator:
 
         self.finish_sync()
         t0 = time.perf_counter()
-        start_ns = time.time_ns()
         telemetry.heartbeat("sync", f"v{self.version}")
         with telemetry.probe().throughput.sync_bubble():
             meta = ray.get(self.trainer.sync_out.remote())
         ref = self.gen.update_weights.remote(meta["ref"], meta["version"], meta["fingerprints"], meta["shapes"],
-                                             interrupt)
-        self._pending_sync = (ref, meta, t0, start_ns)
+                                             interrupt, handoff=meta["handoff"])
+        self._pending_sync = (ref, meta, t0)
         return self.finish_sync() if wait else None
 
     def finish_sync(self) -> dict[str, Any] | None:
@@ -194,20 +332,13 @@ class Orchestrator:
         if pending is None:
             return None
         self._pending_sync = None
-        ref, meta, t0, start_ns = pending
+        ref, meta, t0 = pending
         with telemetry.probe().throughput.sync_bubble():
             rep = ray.get(ref)
         tr_s = meta["put_s"] + rep["transfer_recv_s"]
         v = meta["version"]
-        telemetry.on_sync_boundary(v, "transfer", duration_s=tr_s, bytes=meta["bytes"], outcome="ok",
-                                   bandwidth_bps=meta["bytes"] / tr_s if tr_s > 0 else None, retries=0)
         e2e = time.perf_counter() - t0
-        telemetry.on_phase("sync", e2e)
-        ok = not rep["mismatched"] and rep["reset_confirmed"]
-        telemetry.on_sync_boundary(v, "end_to_end", start_ns=start_ns, duration_s=e2e, bytes=meta["bytes"],
-                                   outcome="ok" if ok else "mismatch", fingerprint=meta["digest"],
-                                   fingerprint_match=not rep["mismatched"])
-        telemetry.on_span("weight_sync", start_ns, time.time_ns(), "ok" if ok else "error", version=v)
+        telemetry.on_phase("sync", e2e)  # the boundaries' events come from the WeightSyncProbe on both sides
         if rep["mismatched"] and not faults.tolerate_mismatch(self.fault):
             raise RuntimeError(f"weight sync v{v}: engine fingerprints differ for {rep['mismatched'][:5]}")
         out = {**rep, "dump_s": meta["dump_s"], "staging_s": meta["staging_s"], "put_s": meta["put_s"],
@@ -264,6 +395,7 @@ class Orchestrator:
         self.step, self.version, self.cursor = st["step"], st["version"], st["cursor"]
         self.buffer = deque(st["buffer"])
         self.ledger = Ledger(st["ledger"])
+        self.admission = self._admission()
         self.consumed_groups = list(st["consumed_groups"])
         self.dropped = dict(st["dropped"])
         self.evals = list(st["evals"])
@@ -287,10 +419,7 @@ class Orchestrator:
         batch = []
         while self.buffer and len(batch) < k:
             g = self.buffer.popleft()
-            why = self.admissible(g)
-            if why:
-                self._drop_group(g, why, self.version - min(s["dispatch_version"] for s in g["samples"]))
-            else:
+            if self.admit(g):
                 batch.append(g)
         return batch
 
@@ -348,47 +477,121 @@ class Orchestrator:
         max_outstanding = (self.cfg.max_staleness + 1) * B
 
         def dispatcher() -> None:
-            grading: list[tuple[Any, list[dict[str, Any]]]] = []
+            sent: dict[str, dict[str, Any]] = {}  # group id -> group on the generator, not yet polled back
+            grading: list[tuple[Any, list[dict[str, Any]], int, int]] = []  # (ref, groups, grader, attempt)
+            seen = {"gen": self._gen_inc, "check": 0.0}
+
+            def resubmit_lost() -> None:
+                """After a generator restart: submit again the groups the new instance does not hold."""
+                if seen["gen"] == self._gen_inc:
+                    return
+                known = set(ray.get(self.gen.known_groups.remote()))
+                lost = [g for gid, g in sent.items() if gid not in known]
+                if lost:
+                    ray.get(self.gen.submit.remote(lost))
+                self.recovery["resubmitted_groups"] += len(lost)
+                if self.restarts:
+                    self.restarts[-1]["resubmitted_groups"] = self.restarts[-1].get("resubmitted_groups", 0) + len(lost)
+                seen["gen"] = self._gen_inc
+
+            def gen_call(fn: Callable[[], Any]) -> Any:
+                """fn() against the generator; on its death: recover it, resubmit, and return None."""
+                try:
+                    resubmit_lost()
+                    return fn()
+                except actor_errors() as e:
+                    self._ensure_generator(type(e).__name__)
+                    resubmit_lost()
+                    return None
+
+            probes_out: dict[int, Any] = {}  # actor index (-1: generator) -> pending incarnation() call
+
+            def check_incarnations() -> None:
+                """A death between two calls is seen only here: a new incarnation answers (or the call
+                fails). Non-blocking: a busy grader answers on a later round."""
+                actors = [(-1, self.gen)] + [(i, w) for i, w in enumerate(self.graders) if w is not self.gen]
+                if probes_out:
+                    ready, _ = ray.wait(list(probes_out.values()), num_returns=len(probes_out), timeout=0)
+                    for k, ref in [(k, r) for k, r in probes_out.items() if r in set(ready)]:
+                        del probes_out[k]
+                        try:
+                            inc = ray.get(ref)
+                        except actor_errors() as e:
+                            inc = type(e).__name__
+                        if k < 0 and inc != self._gen_inc:
+                            self._ensure_generator("new incarnation" if ":" in inc else inc)
+                            resubmit_lost()
+                        elif k >= 0 and inc != self._grader_inc.get(k):
+                            self._ensure_grader(k, "new incarnation" if ":" in inc else inc)
+                if time.time() - seen["check"] >= 0.5:
+                    seen["check"] = time.time()
+                    for k, a in actors:
+                        if k not in probes_out:
+                            probes_out[k] = a.incarnation.remote()
+
+            def received(done: list[dict[str, Any]] | None) -> None:
+                done = [g for g in done or [] if sent.pop(g["group_id"], None) is not None]
+                if done:
+                    self._mark_generated(done)
+                    i = self._next_grader()
+                    grading.append((self._grade_on(done, i), done, i, 0))
+
+            def collect(timeout: float, into_buffer: bool) -> None:
+                if not grading:
+                    return
+                ready, _ = ray.wait([x[0] for x in grading], num_returns=len(grading), timeout=timeout)
+                ready_set = set(ready)
+                for entry in [x for x in grading if x[0] in ready_set]:
+                    grading.remove(entry)
+                    ref, groups, i, attempt = entry
+                    try:
+                        res = ray.get(ref)
+                    except actor_errors() as e:  # the grader died: its results are gone, grade again
+                        self._ensure_grader(i, type(e).__name__)
+                        if attempt + 1 < 5:
+                            self.recovery["regraded_groups"] += len(groups)
+                            j = self._next_grader()
+                            grading.append((self._grade_on(groups, j), groups, j, attempt + 1))
+                            continue
+                        for g in groups:  # five graders died under it: dropped with a reason, not lost
+                            self.recovery["grader_lost_samples"] += len(g["samples"])
+                            self._drop_group(g, "grader_lost")
+                        res = None
+                    for g in self.attach_rewards(groups, res) if res is not None else []:
+                        placed = False
+                        while not into_buffer and not stop.is_set():
+                            try:
+                                graded.put(g, timeout=0.1)
+                                placed = True
+                                break
+                            except queue.Full:
+                                continue
+                        if not placed:  # stopping: keep it for the checkpoint instead of losing it
+                            self.buffer.append(g)
+                    with lock:
+                        state["in_flight"] -= len(groups)
+
             try:
+                self._baseline_incarnations()
+                seen["gen"] = self._gen_inc
                 while not stop.is_set():
+                    check_incarnations()
                     with lock:
                         room = min(faults.max_outstanding(self.fault, self.step, max_outstanding, cap) - state["in_flight"] - graded.qsize(), B)
                     if room > 0:
                         groups = self.next_groups(room)
                         with lock:
                             state["in_flight"] += len(groups)
-                        self.gen.submit.remote(groups)
-                    done = ray.get(self.gen.poll.remote(0, 0.05))
-                    if done:
-                        grading.append((self.grade_async(done), done))
-                    ready = [x for x in grading if ray.wait([x[0]], timeout=0)[0]]
-                    for ref, groups in ready:
-                        grading.remove((ref, groups))
-                        for g in self.attach_rewards(groups, ray.get(ref)):
-                            placed = False
-                            while not stop.is_set():
-                                try:
-                                    graded.put(g, timeout=0.1)
-                                    placed = True
-                                    break
-                                except queue.Full:
-                                    continue
-                            if not placed:  # stopping: keep it for the checkpoint instead of losing it
-                                self.buffer.append(g)
-                        with lock:
-                            state["in_flight"] -= len(groups)
+                        sent.update((g["group_id"], g) for g in groups)
+                        gen_call(lambda: ray.get(self.gen.submit.remote(groups)))  # lost ones: resubmitted
+                    received(gen_call(lambda: ray.get(self.gen.poll.remote(0, 0.05))))
+                    collect(0, into_buffer=False)
                     telemetry.on_queue("generator_inflight", state["in_flight"], max_outstanding)
                 # drain: everything dispatched ends up graded in the buffer (checkpointable)
                 while state["in_flight"] > 0:
-                    done = ray.get(self.gen.poll.remote(0, 0.2))
-                    if done:
-                        grading.append((self.grade_async(done), done))
-                    for ref, groups in list(grading):
-                        res = ray.get(ref)
-                        grading.remove((ref, groups))
-                        self.buffer.extend(self.attach_rewards(groups, res))
-                        with lock:
-                            state["in_flight"] -= len(groups)
+                    check_incarnations()
+                    received(gen_call(lambda: ray.get(self.gen.poll.remote(0, 0.2 if sent else 0))))
+                    collect(0.2, into_buffer=True)
             except Exception as e:  # surfaced in the trainer loop
                 state["error"] = e
 
@@ -405,17 +608,14 @@ class Orchestrator:
                         g = graded.get(timeout=0.5)
                     except queue.Empty:
                         continue
-                    why = self.admissible(g)
-                    if why:
-                        self._drop_group(g, why, self.version - min(s["dispatch_version"] for s in g["samples"]))
-                        continue
-                    batch.append(g)
+                    if self.admit(g):
+                        batch.append(g)
                 telemetry.on_queue("graded", graded.qsize(), cap)
                 out = self.train_on(batch, time.perf_counter() - t0)
                 # engine-side stages overlap the next step; the previous sync is collected first
-                self.sync_weights(wait=False)
+                self._resilient_sync(lambda: self.sync_weights(wait=False))
                 self.finish_step(out)
-            self.finish_sync()
+            self._resilient_sync(self.finish_sync)
         finally:
             stop.set()
             th.join(timeout=600)

@@ -1,7 +1,7 @@
 """Every telemetry call of the reference trainer, in one module, and the process's probe objects.
 
 ``probe()`` returns this process's ``Probes`` (GradNormProbe, AdvantageProbe, ParityProbe,
-StalenessProbe, GraderProbe, ThroughputMeter, GoodputAccount, Liveness), all sending through one
+StalenessProbe, GraderProbe, ThroughputMeter, GoodputAccount, Liveness, WeightSyncProbe), all sending through one
 switchable recorder: ``set_enabled(False)`` turns every probe call and every thin ``on_*`` function
 into a NoopRecorder call (the overhead bench toggles it per step). All of them are no-ops before
 ``init_component`` runs in the process (the recorder is a ``NoopRecorder``) and never raise.
@@ -58,6 +58,10 @@ class Probes:
         self.goodput = P.GoodputAccount(SWITCH)
         self.liveness = P.Liveness(SWITCH)
         self.throughput = P.ThroughputMeter(SWITCH, window_s=0.0)
+        # weight sync across two processes: the trainer dumps and stages, the generator receives
+        # (the sender's put time travels in the handoff), loads, resets its cache and closes the lag
+        self.wsync_send = P.WeightSyncProbe(SWITCH, required=("dump", "staging"))
+        self.wsync_recv = P.WeightSyncProbe(SWITCH, required=("transfer", "load", "cache_reset"))
         self._grader: Any = None
 
     @property

@@ -47,6 +47,9 @@ class Trainer:
         self.version = 0
         self.staging = weight_sync.StagingBuffer()
         self.expected = sorted(self.model.state_dict())
+        tied = getattr(self.model.config, "tie_word_embeddings", False)
+        self.expected_engine = weight_sync.engine_names(k for k in self.expected if not (tied and k == "lm_head.weight"))
+        self._opt_ns: int | None = None  # wall time of the optimiser step that produced self.version
         self.micro = 32
 
     def ready(self) -> bool:
@@ -146,6 +149,7 @@ class Trainer:
             self.opt.step()
         self.opt.zero_grad(set_to_none=True)
         self.version += 1
+        self._opt_ns = time.time_ns()
         n_tok = max(acc["tokens"], 1.0)
         r = torch.tensor([x for g in rewards for x in g], dtype=torch.float64)
         out = {"step": step, "version": self.version, "loss": acc["loss"], "grad_norm": grad_norm,
@@ -179,23 +183,28 @@ class Trainer:
 
     # ----- weight sync, trainer side ---------------------------------------------------------
     def sync_out(self, torn_read: bool = False) -> dict[str, Any]:
-        """Stages 1 (dump), 2 (staging write + read) and 3a (ray.put); returns what the engine needs."""
+        """Stages 1 (dump), 2 (staging write + read) and 3a (ray.put); returns what the engine needs,
+        with the ``WeightSyncProbe`` handoff (dump fingerprints, expected tensors, optimiser-step time,
+        trace parent, the put's seconds) the generator's side of the probe continues from."""
         v = self.version
-        dump = faults.dump(self.fault, v - 1, weight_sync.dump_weights(self.model, v, self.expected))
-        telemetry.on_sync_boundary(v, "dump", duration_s=dump.seconds, bytes=dump.nbytes, outcome="ok",
-                                   tensors_expected=len(self.expected), tensors_present=len(dump.names),
-                                   fingerprint=dump.digest)
-        wait_w, hold_w = self.staging.write(dump)
-        self._prev_dump, rd = dump, faults.staging_read(self.fault, v - 1, self.staging, dump, self._prev_dump, not torn_read)
-        telemetry.probe().parity.on_sync(v)  # the next batch is the first after this sync
-        telemetry.on_sync_boundary(v, "staging", duration_s=wait_w + hold_w + rd.lock_wait_s + rd.lock_hold_s,
-                                   bytes=rd.dump.nbytes, outcome="torn" if rd.torn else "ok",
-                                   lock_wait_s=wait_w + rd.lock_wait_s, lock_hold_s=hold_w + rd.lock_hold_s,
-                                   seq_before=rd.seq_before, seq_after=rd.seq_after, torn=rd.torn)
-        ref, put_s = faults.transfer(self.fault, v - 1, weight_sync.transfer, rd.dump.payload)
+        P = telemetry.probe()
+        with P.wsync_send.sync(v, optimizer_step_ns=self._opt_ns, expected=self.expected_engine,
+                               end_to_end=False) as s:
+            with s.dump() as b:  # 1: every expected tensor present, per-tensor fingerprints (engine layout)
+                dump = faults.dump(self.fault, v - 1, weight_sync.dump_weights(self.model, v, self.expected))
+                b.record_fingerprints(dump.fingerprints, nbytes=dump.nbytes)
+            with s.staging() as b:  # 2: lock wait/hold, sequence numbers, torn read
+                wait_w, hold_w = self.staging.write(dump)
+                self._prev_dump, rd = dump, faults.staging_read(self.fault, v - 1, self.staging, dump,
+                                                                self._prev_dump, not torn_read)
+                b.record_read(rd, nbytes=rd.dump.nbytes)
+                b.lock_wait_s, b.lock_hold_s = wait_w + rd.lock_wait_s, hold_w + rd.lock_hold_s
+            P.parity.on_sync(v)  # the next batch is the first after this sync
+            ref, put_s = faults.transfer(self.fault, v - 1, weight_sync.transfer, rd.dump.payload)  # 3a
+            handoff = {**s.handoff(), "sender_s": put_s}
         return {"ref": [ref], "version": v, "fingerprints": rd.dump.fingerprints, "shapes": rd.dump.shapes,
                 "bytes": rd.dump.nbytes, "dump_s": dump.seconds, "staging_s": wait_w + hold_w + rd.lock_hold_s,
-                "put_s": put_s, "digest": rd.dump.digest}
+                "put_s": put_s, "digest": rd.dump.digest, "handoff": handoff}
 
     # ----- evaluation helpers, checkpoints ---------------------------------------------------
     def save(self, directory: str) -> None:

@@ -9,9 +9,12 @@
                          the engine-side fingerprint of every parameter to compare with the dump.
 5. ``reset_cache``       prefix/KV-cache reset, confirmed by the engine's return value.
 
-Fingerprints are xxh64 of each tensor's raw bytes in the *engine layout* (vLLM fuses q/k/v into
-``qkv_proj`` and gate/up into ``gate_up_proj``; ``engine_layout`` applies the same fusion on the
-trainer side), so dump and load fingerprints are comparable tensor by tensor.
+Fingerprints are ``probes.fingerprint.tensor_fingerprint`` (xxh3-64 of dtype, shape and bytes) of each
+tensor in the *engine layout* (vLLM fuses q/k/v into ``qkv_proj`` and gate/up into ``gate_up_proj``;
+``engine_layout`` applies the same fusion on the trainer side), so dump and load fingerprints are
+comparable tensor by tensor. What each stage measured is recorded by ``probes.WeightSyncProbe``
+(trainer side: dump, staging; generator side: transfer, load, cache reset, end-to-end lag), see
+``Trainer.sync_out`` and ``VLLMGenerator._apply_update``.
 """
 
 from __future__ import annotations
@@ -21,27 +24,28 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-import xxhash
+from probes.fingerprint import combined_fingerprint, tensor_fingerprint  # noqa: F401 - re-exported
 
 _FUSED = (("self_attn.qkv_proj", ("self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj")),
           ("mlp.gate_up_proj", ("mlp.gate_proj", "mlp.up_proj")))
 
 
-def tensor_fingerprint(t: Any) -> str:
-    """xxh64 hex of a tensor's contiguous CPU bytes."""
-    import torch
-
-    a = t.detach().to("cpu").contiguous()
-    return xxhash.xxh64(a.view(torch.uint8).numpy().tobytes() if a.numel() else b"").hexdigest()
-
-
 def digest(fingerprints: dict[str, str]) -> str:
-    """One digest over all per-tensor fingerprints (sorted by name)."""
-    h = xxhash.xxh64()
-    for k in sorted(fingerprints):
-        h.update(k.encode())
-        h.update(fingerprints[k].encode())
-    return h.hexdigest()
+    """One digest over all per-tensor fingerprints (``probes.fingerprint.combined_fingerprint``)."""
+    return combined_fingerprint(fingerprints)
+
+
+def engine_names(names: Iterable[str]) -> list[str]:
+    """Tensor names in the engine layout (the fusions of ``engine_layout``, on names only)."""
+    out = set(names)
+    for fused, parts in _FUSED:
+        for name in [k for k in out if parts[0] in k]:
+            prefix, suffix = name.split(parts[0])
+            group = [prefix + p + suffix for p in parts]
+            if all(n in out for n in group):
+                out.difference_update(group)
+                out.add(prefix + fused + suffix)
+    return sorted(out)
 
 
 def engine_layout(state: dict[str, Any]) -> dict[str, Any]:

@@ -319,3 +319,41 @@ def test_sampled_fingerprints_trade_coverage_for_speed(live):
             b.record_state({"w": big.half().float()})
     assert s.results["load"]["outcome"] == "mismatch"
     live.assert_no_drops()
+
+
+def test_engine_side_fingerprints_and_a_two_sided_transfer(live):
+    """An engine that fingerprints its own weights (in its workers) hands back digests only:
+    ``record_fingerprints`` compares them with the dump; the sender's half of a transfer travels in
+    the handoff and ``add_seconds`` counts it in the receiver's transfer boundary."""
+    state = _state()
+    fps = fingerprints(state)
+    trainer = WeightSyncProbe(required=("dump",))
+    generator = WeightSyncProbe(required=("transfer", "load", "cache_reset"))
+    with trainer.sync(9, expected=[*state, "lm_head.weight"], end_to_end=False) as ts:
+        with ts.dump() as b:
+            b.record_fingerprints({k: v for k, v in fps.items()}, nbytes=1000)
+        handoff = {**ts.handoff(), "sender_s": 0.25}
+    dump = ts.results["dump"]
+    assert (dump["outcome"], dump["tensors_expected"], dump["tensors_present"], dump["bytes"]) == ("mismatch", 4, 3, 1000)
+    assert json.loads(dump["missing_tensors"]) == ["lm_head.weight"]
+    with generator.sync(handoff=json.loads(json.dumps(handoff))) as gs:
+        with gs.transfer() as b:
+            b.bytes = 1000
+            b.add_seconds(handoff["sender_s"])
+        with gs.load() as b:
+            engine = dict(fps)
+            engine["norm.weight"] = "0" * 16  # the engine's copy differs
+            engine["extra.bias"] = "1" * 16  # engine-only tensors are not the dump's business
+            b.record_fingerprints(engine)
+        with gs.cache_reset() as b:
+            b.requested()
+            b.confirmed(True)
+    tr, load = gs.results["transfer"], gs.results["load"]
+    assert 0.25 <= tr["duration_s"] < 1.0 and tr["bandwidth_bps"] == pytest.approx(1000 / tr["duration_s"])
+    assert (load["outcome"], load["fingerprint_match"]) == ("mismatch", False)
+    assert json.loads(load["mismatched_tensors"]) == ["norm.weight"]
+    assert json.loads(load["missing_tensors"]) == ["lm_head.weight"]  # expected (from the handoff), never loaded
+    assert (load["tensors_expected"], load["tensors_present"]) == (4, 3)
+    rec = live.close_and_open()
+    (start, dur), = rows(rec, "select start_ns, duration_s from weight_sync where boundary = 'transfer'")
+    assert dur >= 0.25 and start <= time.time_ns() - 250_000_000

@@ -161,5 +161,16 @@ def test_run_record_has_every_component(stack):
     rows = rec.sql("select boundary, count(*) from weight_sync group by 1").fetchall()
     assert {b for b, _ in rows} >= {"dump", "staging", "transfer", "load", "cache_reset", "end_to_end"}
     assert rec.sql("select count(*) from weight_sync where boundary = 'load' and not fingerprint_match").fetchall()[0][0] == 0
+    # the WeightSyncProbe on both sides: trainer (dump, staging) and generator (transfer, load, cache reset,
+    # end-to-end lag) in one trace per version; the lag runs from the optimiser step to serving
+    sides = dict(rec.sql("select boundary, string_agg(distinct component, ',') from weight_sync group by 1").fetchall())
+    assert sides == {"dump": "trainer", "staging": "trainer", "transfer": "generator", "load": "generator",
+                     "cache_reset": "generator", "end_to_end": "generator"}, sides
+    joined = rec.sql("select count(*) from (select trace_id from span where name = 'weight_sync' group by 1 "
+                     "having count(distinct component) = 2)").fetchall()[0][0]
+    assert joined >= STEPS
+    lag_ok = rec.sql("select bool_and(e.duration_s >= l.duration_s) from weight_sync e join weight_sync l using (version) "
+                     "where e.boundary = 'end_to_end' and l.boundary = 'load'").fetchall()[0][0]
+    assert lag_ok
     bad = rec.sql("select count(*) from ledger where state = 'consumed' and staleness > 2").fetchall()[0][0]
     assert bad == 0

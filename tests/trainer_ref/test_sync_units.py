@@ -83,6 +83,8 @@ def test_optimizer_checkpoint_round_trip(tmp_path):
 
 
 def test_admission_drops_stale_and_expired_groups():
+    """Admission goes through probes.StalenessProbe.admit on the group's dispatch tag: staleness is
+    checked first, then the age since dispatch; every sample of a dropped group is dropped in the ledger."""
     from trainer_ref.config import Config
     from trainer_ref.orchestrator import Orchestrator
 
@@ -91,17 +93,24 @@ def test_admission_drops_stale_and_expired_groups():
     o.version = 5
     now = time.time()
 
-    def g(v, age):
-        return {"group_id": f"g{v}{age}", "samples": [{"dispatch_version": v, "t_done": now - age, "sample_id": f"s{v}{age}",
-                                                       "completion_ids": [1]}]}
+    def g(v, age, n=2):
+        gid = f"g{v}{age}"
+        samples = [{"dispatch_version": v, "dispatch_ns": int((now - age) * 1e9) + j, "t_done": now, "gen_seconds": age,
+                    "sample_id": f"{gid}-s{j}", "completion_ids": [1] * (j + 1)} for j in range(n)]
+        for s in samples:
+            o.ledger.mark(s["sample_id"], gid, "generated")
+            o.ledger.mark(s["sample_id"], gid, "graded")
+        return {"group_id": gid, "samples": samples}
 
-    assert o.admissible(g(3, 0)) is None  # staleness 2 == bound
-    assert o.admissible(g(2, 0)) == "stale"  # staleness 3 > bound
-    assert o.admissible(g(5, 11)) == "ttl"
-    for grp in (g(2, 0), g(4, 1)):
-        o.ledger.mark(grp["samples"][0]["sample_id"], grp["group_id"], "generated")
-        o.ledger.mark(grp["samples"][0]["sample_id"], grp["group_id"], "graded")
+    assert o.admit(g(3, 0)) is True  # staleness 2 == bound
+    assert o.admit(g(2, 0)) is False  # staleness 3 > bound
+    assert o.admit(g(5, 11)) is False  # dispatched 11 s ago > TTL 10 s
+    assert o.dropped == {"stale": 2, "ttl": 2}
+    assert o.ledger.counts() == {"graded": 2, "dropped": 4}
+    assert o.admission.drops == {"stale": 2, "ttl": 2}
+    for grp in (g(1, 0), g(4, 1)):
         o.buffer.append(grp)
     batch = o._take_from_buffer(2)
-    assert [x["group_id"] for x in batch] == ["g41"] and o.dropped == {"stale": 1}
-    assert o.ledger.states == {"s20": "dropped", "s41": "graded"}
+    assert [x["group_id"] for x in batch] == ["g41"] and o.dropped == {"stale": 4, "ttl": 2}
+    assert o.ledger.states["g10-s0"] == o.ledger.states["g10-s1"] == "dropped"
+    assert o.ledger.states["g41-s1"] == "graded"
