@@ -126,7 +126,7 @@ def run_driver_schedule(s: dict[str, Any], out_dir: Path, steps: int) -> dict[st
     run_dir = out_dir / f"s{s['id']:02d}-driver"
     seed = s["seed"] % 1000
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    env.pop("RAY_ADDRESS", None)
+    env["RAY_ADDRESS"] = "local"  # its own cluster, never one already running on this machine
     t0 = time.time()
     log = open(out_dir / f"s{s['id']:02d}-driver.log", "w")
     proc = subprocess.Popen(_cmd(run_dir, steps, seed, False), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,

@@ -15,11 +15,11 @@ from rlobs.schema import KINDS, SCHEMA_VERSION
 __version__ = "0.1.0"
 
 
-def open_run(path):  # noqa: ANN001, ANN201 - thin re-export, imported lazily (duckdb)
-    """Open a run record for queries: see ``rlobs.store.open_run``."""
+def open_run(path, *, verify=False):  # noqa: ANN001, ANN201 - thin re-export, imported lazily (duckdb)
+    """Open a run record for queries: see ``rlobs.store.open_run`` (``verify``: page checksums)."""
     from rlobs.store import open_run as _open_run
 
-    return _open_run(path)
+    return _open_run(path, verify=verify)
 
 
 __all__ = ["init", "get_recorder", "shutdown", "open_run", "Recorder", "NoopRecorder", "SpanHandle",

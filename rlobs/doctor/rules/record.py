@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from typing import Mapping
 
 from rlobs.doctor.context import RunContext
@@ -43,16 +44,22 @@ def damaged(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     if not lost and not broken:
         return []
     ev = []
+    restarted = _restarts(ctx)
     for p in lost:
         last = ctx.rows("SELECT max(ts_ns), max(step) FROM events WHERE process = ?", [p.process])
+        back = restarted.get(str(p.pid))
         ev.append(Evidence(f"process {p.process}", "killed", "clean close",
-                           note=f"{p.component} rank {p.rank}; last step recorded {last[0][1] if last else '?'}"))
+                           note=f"{p.component} rank {p.rank}; last step recorded {last[0][1] if last else '?'}"
+                           + (f"; restarted by Ray at step {back.get('step')}, back after {back.get('wait_s')} s "
+                              "(incident actor_restart)" if back else "")))
     for b in broken[:10]:
         ev.append(Evidence(f"segment {b.path.rsplit('/', 1)[-1]}", b.problem, "complete",
                            note=f"{b.rows_read} rows read; {b.detail[:100]}"))
     return [Finding(
         rule="record-damaged", severity=Severity.WARNING if broken else Severity.INFO,
-        title=f"{len(lost)} process(es) ended without closing their recorder; {len(broken)} damaged segment(s)",
+        title=f"{len(lost)} process(es) ended without closing their recorder"
+              + (f" ({sum(str(p.pid) in restarted for p in lost)} restarted and recovered)" if restarted else "")
+              + f"; {len(broken)} damaged segment(s)",
         first_step=None, last_step=None, evidence=ev,
         root_cause="a process was killed (OOM, SIGKILL, node loss) or files were damaged: every complete batch "
                    "before the damage was read; at most the last flush interval per killed process is missing",
@@ -60,6 +67,20 @@ def damaged(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         remediation=["look for the kill reason in the process logs (dmesg for the OOM killer)",
                      "rlobs info RUN lists every segment that could not be read in full"],
     )]
+
+
+def _restarts(ctx: RunContext) -> dict[str, dict]:
+    """pid of the dead instance -> the ``actor_restart:*`` incident that recorded its replacement."""
+    if not ctx.count("incident"):
+        return {}
+    out = {}
+    for (detail,) in ctx.rows("SELECT detail FROM incident WHERE fault LIKE 'actor_restart:%'"):
+        try:
+            d = json.loads(detail)
+            out[str(d["old"]).split(":")[0]] = d
+        except (TypeError, ValueError, KeyError):
+            continue
+    return out
 
 
 @rule("heartbeat-lost", concern="liveness", title="A component stopped sending heartbeats",
