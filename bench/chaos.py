@@ -16,7 +16,14 @@ the actor's pid from Ray's actor table, a random delay inside the step):
 After each schedule ``trainer_ref.chaos.check_run`` replays the ledger of every driver invocation
 and the checkpoints: lost (must be 0), duplicated (must be 0), illegal transitions, the record opens
 with page checksums verified, the doctor reports every killed process. Prints and saves
-``bench/results/chaos.json`` and ``chaos.md``.
+``bench/results/chaos.json`` and ``chaos.md``; ``--recheck`` runs the checker again over the saved run
+directories.
+
+Besides lost / duplicated: ``pending_in_checkpoint`` are graded samples in the final checkpoint's buffer
+(the next resume consumes them); ``rolled_back_by_resume`` are samples the killed driver touched after
+the checkpoint it was resumed from (the resume regenerates them, same ids); ``unrecorded_before_kill``
+are transitions the checkpoint holds but the killed driver's record lacks (its recorder's unflushed
+queue, the gap the doctor's ``record-damaged`` reports).
 """
 
 from __future__ import annotations
@@ -169,6 +176,7 @@ def summarise(results: list[dict[str, Any]], wall: float) -> dict[str, Any]:
         "consumed": sum(r["consumed"] for r in results), "dropped": sum(r["dropped"] for r in results),
         "pending_in_checkpoint": sum(r["pending"] for r in results),
         "rolled_back_by_resume": sum(r["rolled_back"] for r in results),
+        "unrecorded_before_kill": sum(r.get("unrecorded_before_kill", 0) for r in results),
         "lost": sum(r["lost"] for r in results), "duplicated": sum(r["duplicated"] for r in results),
         "illegal_transitions": sum(r["illegal"] for r in results),
         "records_failing_to_open": sum(not r["open_ok"] for r in results),
@@ -183,7 +191,8 @@ def summarise(results: list[dict[str, Any]], wall: float) -> dict[str, Any]:
 def write_md(path: Path, summ: dict[str, Any], results: list[dict[str, Any]]) -> None:
     lines = ["# Chaos with a ledger", "", f"{summ['schedules']} schedules ({summ['by_kind']}), wall {summ['wall_s']:.0f} s.", "",
              "| figure | value |", "|---|---|"]
-    for k in ("samples_generated", "consumed", "dropped", "pending_in_checkpoint", "rolled_back_by_resume", "lost",
+    for k in ("samples_generated", "consumed", "dropped", "pending_in_checkpoint", "rolled_back_by_resume",
+              "unrecorded_before_kill", "lost",
               "duplicated", "illegal_transitions", "records_failing_to_open", "kills", "restarts_observed",
               "doctor_reported", "ok"):
         lines.append(f"| {k} | {summ[k]} |")
@@ -194,6 +203,27 @@ def write_md(path: Path, summ: dict[str, Any], results: list[dict[str, Any]]) ->
     path.write_text("\n".join(lines) + "\n")
 
 
+def recheck(out: Path) -> None:
+    """The checker again over a finished bench's run directories (same kills, same resume points)."""
+    from trainer_ref.chaos import check_run
+
+    saved = json.loads((out / "chaos.json").read_text())
+    results = []
+    for r in saved["schedules"]:
+        pids = [k["pid"] for k in r.get("killed", []) if k.get("pid")]
+        resumed = [k.get("resumed_from") for k in r.get("killed", []) if k.get("target") == "driver"]
+        resumed = [None if x in (None, "None") else x for x in resumed]
+        new = check_run(r["run_dir"], killed_pids=pids, resumed_from=resumed)
+        keep = {k: r[k] for k in ("schedule", "kind", "plan", "killed", "wall_s", "steps", "error", "resume_rc") if k in r}
+        results.append({**new, **keep})
+    summ = summarise(results, saved["summary"]["wall_s"])
+    summ["rechecked"] = True
+    print(json.dumps(summ, indent=1))
+    (out / "chaos.json").write_text(json.dumps({"summary": summ, "args": saved["args"], "schedules": results},
+                                               indent=1, default=str))
+    write_md(out / "chaos.md", summ, results)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--schedules", type=int, default=20)
@@ -202,7 +232,11 @@ def main() -> None:
     ap.add_argument("--only", default="")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--work", default="/tmp/rlobs_chaos")
+    ap.add_argument("--recheck", action="store_true",
+                    help="re-run the checker over the run directories of the saved chaos.json (no training)")
     args = ap.parse_args()
+    if args.recheck:
+        return recheck(Path(args.out))
     import shutil
 
     work = Path(args.work)
