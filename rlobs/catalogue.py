@@ -68,6 +68,7 @@ class MetricSpec:
     labels: tuple[str, ...] = ()
     source: Source | None = None
     buckets: tuple[float, ...] | None = None
+    zero: tuple[tuple[str, ...], ...] = ()  # label values whose series exist at 0 from the start
 
     def __post_init__(self) -> None:
         n = self.name
@@ -95,6 +96,8 @@ class MetricSpec:
             object.__setattr__(self, "buckets", default)
         if self.source is not None:
             self._check_source(self.source)
+        if self.zero and (self.type != "counter" or any(len(z) != len(self.labels) for z in self.zero)):
+            raise ValueError(f"metric {n!r}: zero series are label-value tuples of a counter's labels {self.labels}")
 
     def _check_source(self, s: Source) -> None:
         n = self.name
@@ -113,8 +116,8 @@ class MetricSpec:
 
 
 def _m(name: str, type_: str, unit: str, help_: str, labels: tuple[str, ...] = (), source: Source | None = None,
-       buckets: tuple[float, ...] | None = None) -> MetricSpec:
-    return MetricSpec(name, type_, unit, help_, labels, source, buckets)
+       buckets: tuple[float, ...] | None = None, zero: tuple[tuple[str, ...], ...] = ()) -> MetricSpec:
+    return MetricSpec(name, type_, unit, help_, labels, source, buckets, zero)
 
 
 S = Source
@@ -276,7 +279,8 @@ METRICS: tuple[MetricSpec, ...] = (
     # --- probes (appended by the probes package) ---
     _m("rlobs_ledger_duplicate_transitions_total", "counter", "1",
        "Sample-ledger transitions that repeat one the sample already made (exactly-once violated).",
-       ("state",), S("ledger", "count", labels={"state": "state"}, where={"duplicate": True})),
+       ("state",), S("ledger", "count", labels={"state": "state"}, where={"duplicate": True}),
+       zero=(("generated",), ("graded",), ("consumed",), ("dropped",))),
     _m("rlobs_effective_token_ratio", "gauge", "ratio",
        "Tokens that carried gradient signal over all tokens accounted in the last step (goodput).",
        (), S("goodput", "set", "effective_ratio", where={"category": "effective"})),

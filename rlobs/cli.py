@@ -179,13 +179,16 @@ app.add_typer(dashboards_app, name="dashboards")
 
 @dashboards_app.command("build")
 def dashboards_build(out: Path = typer.Option(None, "--out", help="output folder (default: the checkout's dashboards/)"),
-                     check: bool = typer.Option(False, "--check", help="compare instead of writing; exit 1 on a difference")
+                     check: bool = typer.Option(False, "--check", help="compare instead of writing; exit 1 on a difference"),
+                     runbook_base_url: str = typer.Option(None, "--runbook-base-url",
+                                                          help="where your team serves runbooks/*.md (alerts' runbook_url = "
+                                                               "this + <id>.md; default: rlobs' own runbooks)")
                      ) -> None:
     """Write dashboards/*.json, alerts.yaml, alerts_test.yaml and provisioning/ (or check them)."""
     from rlobs.dashboards.build import build, default_out_dir
 
     target = out or default_out_dir()
-    result = build(target, check=check)
+    result = build(target, check=check, runbook_base=runbook_base_url)
     for name in result.unexpected:
         err_console.print(f"[yellow]not generated any more:[/] {target / name}")
     if check:
@@ -206,12 +209,16 @@ def dashboards_build(out: Path = typer.Option(None, "--out", help="output folder
 def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to scrape (their prometheus_sd/*.json)"),
             port: int = typer.Option(9090, "--port", help="Prometheus port on 127.0.0.1 (0: a free one)"),
             scrape_interval: str = typer.Option("2s", "--scrape-interval", help="scrape and rule-evaluation interval"),
-            rules: Path = typer.Option(None, "--rules", help="alert rules file (default: the generated rules)")) -> None:
+            rules: Path = typer.Option(None, "--rules", help="alert rules file (default: the generated rules)"),
+            runbook_base_url: str = typer.Option(None, "--runbook-base-url",
+                                                 help="base of the generated rules' runbook_url (see dashboards build)")
+            ) -> None:
     """Run Debian's Prometheus on 127.0.0.1 over the run(s), with the rlobs alert rules; Ctrl-C stops it."""
     from rlobs.dashboards.observe import PrometheusError, serve_forever
 
     try:
         code = serve_forever(run_dirs, port=port, scrape_interval=scrape_interval, rules_file=rules,
+                             runbook_base=runbook_base_url,
                              echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
     except PrometheusError as exc:
         err_console.print(f"[bold red]error:[/] {exc}")

@@ -110,7 +110,7 @@ class GraderWorker:
     def __init__(self, kind: str, timeout_s: float = 5.0, run_dir: str | None = None, rank: int = 0,
                  cfg: dict[str, Any] | None = None, judge: Any = None, init_telemetry: bool = True) -> None:
         if run_dir and init_telemetry:
-            telemetry.init_component(run_dir, "grader", rank, config=cfg)
+            telemetry.init_component(run_dir, "grader", rank, config=cfg, prometheus=bool((cfg or {}).get("prometheus")))
         self.rank = rank
         self.kind, self.timeout_s, self.judge = kind, timeout_s, judge
         self.fault = faults.from_config(cfg or {})

@@ -95,8 +95,7 @@ def graders() -> Board:
            q(s.agg("sum", s.rate("rlobs_grader_calls_total", D), ("grader_kind", "outcome")),
              "{{grader_kind}} {{outcome}}"), stack=True, width=12),
         ts("Timeout share by kind", m.PERCENT, f"Share of calls that timed out (alert over {T.grader_timeout_ratio:g}).",
-           q(s.share(s.agg("sum", s.rate("rlobs_grader_calls_total", D, outcome="timeout"), ("grader_kind",)),
-                     s.agg("sum", s.rate("rlobs_grader_calls_total", D), ("grader_kind",))), "{{grader_kind}}"),
+           q(s.share_where("rlobs_grader_calls_total", D, ("grader_kind",), outcome="timeout"), "{{grader_kind}}"),
            width=12),
     ))
     stuck = Row("Stuck calls and the trainer's wait", (

@@ -60,14 +60,14 @@ def provisioning_files() -> dict[str, str]:
             f"{PROVISIONING_DIR}/dashboards/rlobs.yaml": note + dump(provider)}
 
 
-def generated_files() -> dict[str, str]:
-    """Relative path -> content of every generated file."""
+def generated_files(runbook_base: str | None = None) -> dict[str, str]:
+    """Relative path -> content of every generated file (``runbook_base``: see ``alerts.runbook_url``)."""
     from rlobs.dashboards.render import render_board
 
     all_boards = boards()
     files = {f"{b.slug}.json": render_board(b, all_boards) for b in all_boards}
-    files[RULES_FILE] = alerts.rules_yaml()
-    files[RULES_TEST_FILE] = alerts.promtool_tests_yaml(RULES_FILE)
+    files[RULES_FILE] = alerts.rules_yaml(runbook_base)
+    files[RULES_TEST_FILE] = alerts.promtool_tests_yaml(RULES_FILE, runbook_base)
     files.update(provisioning_files())
     return files
 
@@ -79,9 +79,9 @@ class BuildResult:
     unexpected: tuple[str, ...]  # JSON files in the output folder that the code no longer generates
 
 
-def build(out_dir: Path | None = None, *, check: bool = False) -> BuildResult:
+def build(out_dir: Path | None = None, *, check: bool = False, runbook_base: str | None = None) -> BuildResult:
     out = Path(out_dir) if out_dir is not None else default_out_dir()
-    files = generated_files()
+    files = generated_files(runbook_base)
     written, differing = [], []
     for rel, content in sorted(files.items()):
         path = out / rel

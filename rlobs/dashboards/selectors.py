@@ -137,6 +137,14 @@ def share(numerator: str, denominator: str) -> str:
     return f"({numerator}) / ({denominator})"
 
 
+def share_where(metric: str, scope: Scope, by: tuple[str, ...], **labels: Matcher) -> str:
+    """The share of a counter's rate whose labels match ``labels``, per ``by``; 0 (not "no data") where
+    the counter moved but never with those labels (no timeouts yet is a 0 % timeout share)."""
+    total = agg("sum", rate(metric, scope), by)
+    part = agg("sum", rate(metric, scope, **labels), by)
+    return share(f"{part} or 0 * {total}", total)
+
+
 def alerts_series(scope: Scope, **labels: str) -> str:
     """The ``ALERTS`` series of Prometheus, filtered like catalogue series (for 'current findings')."""
     parts = [f"{k}{op}{_quote(v)}" for k, op, v in scope.matchers if k == "run"]

@@ -121,7 +121,8 @@ class _RecorderStatsCollector(Collector):
         run, comp = self._base
         dropped = CATALOGUE["rlobs_telemetry_dropped_total"]
         c = CounterMetricFamily(dropped.name[: -len("_total")], dropped.help, labels=IMPLICIT_LABELS + dropped.labels)
-        for (reason, sink), n in sorted(s.get("dropped", {}).items()):
+        drops = {("queue_full", "recorder"): 0, **s.get("dropped", {})}  # the recorder's own drop exists at 0
+        for (reason, sink), n in sorted(drops.items()):
             c.add_metric([run, comp, reason, sink], n)
         yield c
         ev = CATALOGUE["rlobs_telemetry_events_total"]
@@ -157,6 +158,8 @@ class PrometheusSink:
             for r in routes:
                 if r.spec.type == "counter" and not r.spec.labels:
                     r.children[()] = r.metric.labels(*base)
+                for values in r.spec.zero:  # known label values (e.g. ledger states) also start at 0
+                    r.metric.labels(*base, *values)
         if stats is not None:
             self.registry.register(_RecorderStatsCollector(stats, base))
         self.server: Any = None

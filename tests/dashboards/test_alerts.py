@@ -37,6 +37,24 @@ def test_runbook_urls_follow_one_pattern_and_every_alert_has_its_runbook():
         assert page.is_file(), f"alert {r.name} has no runbook {page}"
 
 
+def test_a_teams_runbook_base_url_goes_into_every_rule_and_its_promtool_tests(tmp_path):
+    """`rlobs dashboards build --runbook-base-url` points every runbook_url at the team's own pages;
+    the generated promtool tests expect the same links and pass."""
+    from typer.testing import CliRunner
+
+    from rlobs.cli import app
+
+    base = "https://wiki.example.internal/ml/rlobs-runbooks"  # no trailing slash: the pattern adds it
+    res = CliRunner().invoke(app, ["dashboards", "build", "--out", str(tmp_path), "--runbook-base-url", base])
+    assert res.exit_code == 0, res.output
+    rules = yaml.safe_load((tmp_path / "alerts.yaml").read_text())["groups"][0]["rules"]
+    assert {r["annotations"]["runbook_url"] for r in rules} == {f"{base}/{r.id}.md" for r in a.RULES}
+    assert (DASHBOARDS / "alerts.yaml").read_text() != (tmp_path / "alerts.yaml").read_text()
+    out = subprocess.run([need("promtool"), "test", "rules", "alerts_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
 def test_alert_queries_name_only_catalogue_metrics():
     for r in a.RULES:
         names = s.metric_names(r.expr)

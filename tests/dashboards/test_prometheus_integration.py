@@ -6,23 +6,22 @@ query of every dashboard must return data for the faulty run, the alert matching
 must be pending or firing for it and no alert for the healthy run, every series Prometheus stores
 must be in the catalogue, and ``promtool check metrics`` must pass on a real scrape.
 
-Drivers (``RLOBS_DASHBOARDS_DRIVER``): ``synthetic`` (default) runs ``emit_run.py`` beside this
-file; ``trainer_ref`` is the hook for the reference trainer with fault injection (issue 5): fill in
-``drive_trainer_ref`` to start it with faults and return the alerts those faults must raise.
+The driver is ``emit_run.py`` beside this file (realistic events for every probe family, with every
+fault an alert knows); ``test_prometheus_trainer_ref.py`` does the same against the real reference
+trainer with one injected fault.
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import os
 import subprocess
 import sys
 import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Iterator
 
 import pytest
 
@@ -75,19 +74,6 @@ def drive_synthetic(base: Path) -> Iterator[InstrumentedRuns]:
             runs.summaries[run_id] = json.loads(out.strip().splitlines()[-1])
 
 
-@contextlib.contextmanager
-def drive_trainer_ref(base: Path) -> Iterator[InstrumentedRuns]:
-    # Hook for issue 5: start trainer_ref for a few steps with a fault injected (and once without), each
-    # into its own run dir under `base`, and set expected_alerts to the alert ids that fault must raise
-    # (e.g. {"weight-sync-fingerprint-mismatch"}). Everything else in this file stays as it is.
-    pytest.skip("trainer_ref driver not wired yet (needs trainer_ref fault injection, issue 5)")
-    yield  # pragma: no cover
-
-
-DRIVERS: dict[str, Callable[[Path], contextlib.AbstractContextManager[InstrumentedRuns]]] = {
-    "synthetic": drive_synthetic, "trainer_ref": drive_trainer_ref}
-
-
 def _panel_queries() -> list[tuple[str, str, str]]:
     out = []
     for b in boards():
@@ -114,10 +100,9 @@ def _ready(prom: LocalPrometheus, runs: InstrumentedRuns) -> bool:
 @pytest.fixture(scope="module")
 def live(tmp_path_factory):
     need("prometheus")
-    driver = DRIVERS[os.environ.get("RLOBS_DASHBOARDS_DRIVER", "synthetic")]
     base = tmp_path_factory.mktemp("dash-runs")
     with LocalPrometheus([base / "faulty", base / "healthy"], port=0) as prom:
-        with driver(base) as runs:
+        with drive_synthetic(base) as runs:
             deadline = time.monotonic() + WAIT_S
             while not _ready(prom, runs) and time.monotonic() < deadline:
                 time.sleep(1.0)

@@ -1,0 +1,59 @@
+"""Run the reference trainer with /metrics served from every process, and hold it at its last step.
+
+    python tests/dashboards/drive_trainer_ref.py RUN_DIR [--fault NAME] [--steps N] [--onset K]
+
+Trains ``separate_async`` on the tiny model with ``--prometheus`` (driver, trainer, generator and grader
+processes each serve /metrics and write their ``prometheus_sd`` target file into RUN_DIR). At the last
+step, while every process is still up, it prints one JSON line ``{"ready": true, "run_id": ...}`` and
+waits until its stdin closes (the test has finished querying Prometheus); then the run ends normally
+and the last line printed is the JSON summary (steps, telemetry drops).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+if str(ROOT) not in sys.path:
+    sys.path.insert(0, str(ROOT))
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("run_dir")
+    ap.add_argument("--fault", default="")
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--onset", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    a = ap.parse_args()
+
+    from trainer_ref.config import Config
+    from trainer_ref.run import train
+
+    cfg = Config(mode="separate_async", steps=a.steps, run_dir=a.run_dir, seed=a.seed, prometheus=True,
+                 progress=False, fault=a.fault, fault_onset=a.onset, eval_prompts=8)
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gb))
+
+    def hold(out: dict) -> None:
+        if out["step"] + 1 < cfg.steps:
+            return
+        import rlobs
+
+        print(json.dumps({"ready": True, "run_id": rlobs.get_recorder().info.run_id, "step": out["step"]}), flush=True)
+        sys.stdin.read()  # until the test closes our stdin
+
+    summary = train(cfg, on_step=hold)
+    print(json.dumps({"steps": summary["steps"], "telemetry_dropped": summary["telemetry_dropped"],
+                      "ledger": summary["ledger"]}), flush=True)
+    import ray
+
+    ray.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

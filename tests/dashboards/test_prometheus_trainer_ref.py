@@ -1,0 +1,153 @@
+"""Dashboards and alerts against a real Prometheus scraping a real ``trainer_ref`` run with a fault.
+
+Debian's Prometheus (``LocalPrometheus``, the engine of ``rlobs observe``) scrapes every process of the
+reference trainer (driver, trainer, vLLM generator, grader pool: real Ray actors) through the run's
+``prometheus_sd`` files while it trains ``separate_async`` with ``fingerprint_mismatch`` injected from
+step 2 (the engine loads a perturbed ``model.norm.weight``). The driver holds the run at its last step
+until the checks are done, so every process is still up. Then: every panel query of every dashboard
+returns data for the run, the alert for the injected fault is firing with its runbook, no query or
+stored series names a metric outside the catalogue, and ``promtool check metrics`` is clean on each
+process's real scrape. (``test_prometheus_integration.py`` covers every alert at once, and the
+no-alert healthy run, with a synthetic emitter.)
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from rlobs.catalogue import all_exposed_names
+from rlobs.dashboards import selectors as s
+from rlobs.dashboards.alerts import RULES, rule, runbook_url
+from rlobs.dashboards.build import boards
+from rlobs.dashboards.observe import LocalPrometheus
+
+from .conftest import REPO, need
+
+pytestmark = pytest.mark.slow
+
+DRIVER = Path(__file__).with_name("drive_trainer_ref.py")
+FAULT, EXPECTED_ALERT = "fingerprint_mismatch", "weight-sync-fingerprint-mismatch"
+PANEL_VARS = {"component": ".*", "__rate_interval": "1m"}
+WAIT_S = 90.0
+
+
+def _queries() -> tuple[list[tuple[str, str, str]], list[tuple[str, str, str]]]:
+    """(panel queries, annotation queries) of every dashboard: (board, title, expr)."""
+    panels, annotations = [], []
+    for b in boards():
+        panels += [(b.slug, p.title, q.expr) for p in b.panels() for q in p.queries]
+        annotations += [(b.slug, a.name, a.expr) for a in b.annotations]
+    return panels, annotations
+
+
+def _active(prom: LocalPrometheus, run: str) -> dict[str, dict]:
+    return {a["labels"]["alertname"]: a for a in prom.alerts() if a["labels"].get("run") == run}
+
+
+def _empty(prom: LocalPrometheus, run: str) -> list[tuple[str, str, str]]:
+    panels, _ = _queries()
+    return [(b, t, e) for b, t, e in panels if not prom.query(s.substitute(e, {**PANEL_VARS, "run": run}))]
+
+
+@pytest.fixture(scope="module")
+def ref_run(tmp_path_factory):
+    need("prometheus")
+    run_dir = tmp_path_factory.mktemp("dash-ref") / "faulty"
+    run_dir.mkdir()
+    with LocalPrometheus([run_dir], port=0) as prom:
+        proc = subprocess.Popen([sys.executable, str(DRIVER), str(run_dir), "--fault", FAULT, "--steps", "8",
+                                 "--onset", "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+        try:
+            line = proc.stdout.readline()
+            assert line, f"trainer_ref driver ended before its last step (exit {proc.wait()})"
+            ready = json.loads(line)
+            run = ready["run_id"]
+            deadline = time.monotonic() + WAIT_S
+            while time.monotonic() < deadline:
+                if rule(EXPECTED_ALERT).name in _active(prom, run) and not _empty(prom, run):
+                    break
+                time.sleep(2.0)
+            yield prom, run, run_dir
+        finally:
+            proc.stdin.close()  # the driver finishes its last step and shuts the run down
+            out = proc.stdout.read()
+            proc.wait(timeout=300)
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["steps"] == 8 and summary["telemetry_dropped"] == 0, summary
+
+
+def test_every_process_of_the_trainer_is_scraped(ref_run):
+    prom, run, _ = ref_run
+    targets = prom.targets()  # this Prometheus scrapes this run only
+    assert len(targets) >= 4 and all(t["health"] == "up" for t in targets), targets
+    assert all(t["labels"]["instance"].startswith("127.0.0.1:") for t in targets)
+    comps = prom.api("label/component/values", **{"match[]": f'rlobs_telemetry_events_total{{run="{run}"}}'})
+    assert {"driver", "trainer", "generator", "grader"} <= set(comps), comps
+
+
+def test_every_panel_query_of_every_dashboard_returns_data(ref_run):
+    prom, run, _ = ref_run
+    empty = _empty(prom, run)
+    assert not empty, "panels without data:\n" + "\n".join(map(str, empty))
+
+
+def test_a_share_with_no_matching_calls_is_zero_not_missing(ref_run):
+    """No grader call timed out: the timeout-share panel shows 0 % per grader kind, not "no data"."""
+    prom, run, _ = ref_run
+    expr = s.share_where("rlobs_grader_calls_total", s.DASHBOARD, ("grader_kind",), outcome="timeout")
+    got = prom.query(s.substitute(expr, {**PANEL_VARS, "run": run}))
+    assert got and {r["metric"]["grader_kind"] for r in got} == {"rule"}
+    assert all(float(r["value"][1]) == 0.0 for r in got), got
+
+
+def test_annotation_queries_run_and_the_declared_fault_is_marked(ref_run):
+    """Annotations mark events (spikes, non-finite norms, incidents): each query must evaluate, and the
+    incident the trainer declared for its injected fault must be there."""
+    prom, run, _ = ref_run
+    _, annotations = _queries()
+    assert annotations
+    marked = {name for _, name, e in annotations if prom.query(s.substitute(e, {**PANEL_VARS, "run": run}))}
+    assert any("incident" in name.lower() for name in marked), marked
+
+
+def test_the_alert_for_the_injected_fault_is_firing_with_its_runbook(ref_run):
+    prom, run, _ = ref_run
+    active = _active(prom, run)
+    al = active.get(rule(EXPECTED_ALERT).name)
+    assert al is not None, f"{EXPECTED_ALERT} not active; active: {sorted(active)}"
+    assert al["state"] in ("pending", "firing")
+    assert al["annotations"]["runbook_url"] == runbook_url(EXPECTED_ALERT)
+    assert (REPO / "runbooks" / f"{EXPECTED_ALERT}.md").is_file()
+    assert al["labels"]["severity"] == rule(EXPECTED_ALERT).severity == "critical"
+    assert run in al["annotations"]["summary"] + al["annotations"]["description"]
+
+
+def test_no_query_names_a_metric_outside_the_catalogue(ref_run):
+    prom, _, _ = ref_run
+    known = all_exposed_names() | s.BUILTIN_SERIES
+    panels, annotations = _queries()
+    exprs = [e for _, _, e in panels + annotations] + [r.expr for r in RULES]
+    unknown = sorted({m for e in exprs for m in s.metric_names(e)} - known)
+    assert not unknown, unknown
+    stored = {r["metric"]["__name__"] for r in prom.query('count by (__name__) ({__name__=~"rlobs_.*"})')}
+    assert stored and stored <= all_exposed_names(), sorted(stored - all_exposed_names())
+
+
+def test_promtool_check_metrics_is_clean_on_each_process(ref_run):
+    prom, _, _ = ref_run
+    promtool = need("promtool")
+    urls = [t["scrapeUrl"] for t in prom.targets()]
+    assert len(urls) >= 4, urls
+    for url in urls:
+        with urllib.request.urlopen(url, timeout=5) as resp:
+            body = resp.read()
+        out = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=30)
+        assert out.returncode == 0 and not out.stdout.strip() and not out.stderr.strip(), \
+            (url, out.stdout.decode(), out.stderr.decode())
