@@ -55,7 +55,7 @@ class RunContext:
                 "OR bit_or(coalesce(state = 'generated' AND ts_ns IS NOT NULL, false)::INT "
                 "| (coalesce(state IN ('consumed', 'dropped'), false)::INT << 1) "
                 "| (coalesce(duplicate, false)::INT << 2)) IN (1, 4, 5, 6, 7)")
-            some = con.execute("SELECT count(*) FROM _suspect_hashes").fetchone()[0] > 0
+            some = con.execute("SELECT count(*) FROM _suspect_hashes").fetchall()[0][0] > 0
             con.execute(
                 "CREATE OR REPLACE TEMP TABLE _suspect_samples AS SELECT hash(sample_id) AS h, "
                 "any_value(sample_id) AS sample_id, "
