@@ -24,7 +24,7 @@ import traceback
 from pathlib import Path
 from typing import Any
 
-from trainer_ref.faults import EXPECTED_FINDING
+from trainer_ref.faults import EXPECTED_FINDING, NEEDS_DP
 
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -49,12 +49,27 @@ class Stack:
         start_ray(base)
         self.hashes = {"tokenizer": tokenizer_hash(self.model_dir), "sampling": f"T={base.temperature},max={base.max_tokens}"}
         self.actors = start_actors(base, self.model_dir, self.hashes)
+        self._dp: dict[int, list[Any]] = {}  # extra data-parallel trainer ranks, started on first use
+
+    def actors_for(self, cfg: Any) -> dict[str, Any]:
+        """The shared actors, with ``cfg.dp`` trainer ranks (one process group per dp, made once)."""
+        if cfg.dp <= 1:
+            return self.actors
+        if cfg.dp not in self._dp:
+            from trainer_ref.run import start_trainers
+
+            self._dp[cfg.dp] = start_trainers(cfg, self.model_dir, self.hashes)
+        ranks = self._dp[cfg.dp]
+        return {**self.actors, "trainer": ranks[0], "trainers": ranks}
 
     def point(self, cfg: Any) -> None:
         """Actors record into ``cfg.run_dir`` with ``cfg``'s fault."""
         import ray
 
-        handles = [self.actors["generator"], self.actors["trainer"], *self.actors["graders"]]
+        from trainer_ref.run import trainer_ranks
+
+        actors = self.actors_for(cfg)
+        handles = [actors["generator"], *trainer_ranks(actors), *actors["graders"]]
         ray.get([h.set_run.remote(cfg.run_dir, cfg.to_dict(), self.hashes) for h in handles])
 
     def restart_generator(self) -> None:
@@ -71,6 +86,8 @@ class Stack:
 
         from trainer_ref.run import stop_actors
 
+        for ranks in self._dp.values():
+            stop_actors({"generator": None, "trainers": ranks, "graders": [], "trainer": ranks[0]})
         stop_actors(self.actors)
         ray.shutdown()
 
@@ -89,9 +106,10 @@ def run_one(stack: Stack, run_dir: Path, fault: str, seed: int, steps: int, onse
         stack.restart_generator()
         cfg = Config(run_dir=str(run_dir), seed=seed, steps=steps, resume=True, fault=fault, fault_onset=onset, **SMALL)
     else:
-        cfg = Config(run_dir=str(run_dir), seed=seed, steps=steps, fault=fault, fault_onset=onset, **SMALL)
+        dp = 2 if fault in NEEDS_DP else 1  # a per-rank fault needs data-parallel ranks
+        cfg = Config(run_dir=str(run_dir), seed=seed, steps=steps, fault=fault, fault_onset=onset, dp=dp, **SMALL)
     stack.point(cfg)
-    train(cfg, stack.actors, stack.model_dir)
+    train(cfg, stack.actors_for(cfg), stack.model_dir)
     return {"onset": onset if fault else None, "run_seconds": round(time.time() - t0, 1)}
 
 

@@ -52,6 +52,7 @@ class Config:
     eval_prompts: int = field(default=64, metadata={"help": "held-out prompts per evaluation"})
     checkpoint_every: int = field(default=0, metadata={"help": "checkpoint every N steps (0: only at the end)"})
     resume: bool = field(default=False, metadata={"help": "resume from the latest checkpoint in run_dir"})
+    dp: int = field(default=1, metadata={"help": "data-parallel trainer ranks (Ray actors; gradients and the token count all-reduced)"})
     num_cpus: int = field(default=2, metadata={"help": "CPUs given to ray.init"})
     object_store_mb: int = field(default=256, metadata={"help": "Ray object store size, MiB"})
     kv_cache_gb: int = field(default=1, metadata={"help": "VLLM_CPU_KVCACHE_SPACE, GiB"})
@@ -69,6 +70,12 @@ class Config:
                                    ("grader_placement", self.grader_placement, ("pool", "colocated"))):
             if value not in valid:
                 raise ValueError(f"{name}={value!r}; valid: {', '.join(valid)}")
+        if self.dp < 1:
+            raise ValueError("dp must be >= 1")
+        if self.fault:
+            from trainer_ref import faults
+
+            faults.from_config(self)  # unknown fault, or a fault this configuration cannot inject
         if self.group_size < 2:
             raise ValueError("group_size must be >= 2 (group-normalised advantages)")
 

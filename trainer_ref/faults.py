@@ -25,7 +25,9 @@ Faults (names match ``tests/doctor/scenarios.py`` FAULTS):
 * slow_grader: each grader call sleeps ``magnitude`` s.  hung_grader: one call in 8 blocks for
   ``magnitude`` x the grader timeout.  generator_starvation: the engine sleeps ``magnitude`` s per step.
 * sampling_mismatch: the generator samples at temperature x ``magnitude`` (and its sampling hash says so).
-* rank_disagree: not injectable (trainer_ref has one data-parallel rank); see probes' 2-rank test.
+* rank_disagree (needs ``--dp 2`` or more): from onset, ranks other than 0 divide their loss by their
+  *local* token count instead of the all-reduced global one (the all-reduce still runs, its result is
+  ignored), the classic per-rank normalisation bug: gradients are scaled differently per rank.
 """
 
 from __future__ import annotations
@@ -41,9 +43,10 @@ DEFAULT_MAGNITUDE: dict[str, float] = {
     "zero_std": 0.0, "near_zero_std": 1e-7, "nan_grad": 1.0, "grad_spike": 50.0, "incomplete_dump": 1.0,
     "torn_read": 1.0, "slow_transfer": 0.5, "fingerprint_mismatch": 1e-2, "cache_not_reset": 1.0,
     "slow_grader": 0.4, "hung_grader": 4.0, "generator_starvation": 0.15, "sampling_mismatch": 2.0,
+    "rank_disagree": 1.0,
 }
 RESUME = ("resume_staleness_jump", "resume_skip", "resume_repeat")
-NOT_INJECTABLE = ("rank_disagree",)
+NEEDS_DP = ("rank_disagree",)  # faults that need data-parallel trainer ranks (Config.dp >= 2)
 FAULTS = tuple(DEFAULT_MAGNITUDE)
 
 
@@ -67,8 +70,8 @@ def from_config(cfg: Any) -> Fault:
     name = str(get("fault", "") or "")
     if not name:
         return NONE
-    if name in NOT_INJECTABLE:
-        raise ValueError(f"fault {name!r} cannot be injected in trainer_ref (one data-parallel rank)")
+    if name in NEEDS_DP and int(get("dp", 1) or 1) < 2:
+        raise ValueError(f"fault {name!r} needs data-parallel trainer ranks: run with --dp 2 (or more)")
     if name not in DEFAULT_MAGNITUDE:
         raise ValueError(f"unknown fault {name!r}; valid: {', '.join(FAULTS)}")
     mag = float(get("fault_magnitude", 0.0) or 0.0) or DEFAULT_MAGNITUDE[name]
@@ -138,6 +141,14 @@ def scale_loss(f: Fault, step: int, loss: Any) -> Any:
     if step == f.onset and f.name == "grad_spike":
         return loss * f.magnitude
     return loss
+
+
+def token_denominator(f: Fault, step: int, rank: int, local_tokens: float,
+                      all_reduce_sum: Callable[[float], float]) -> float:
+    """The token count this rank divides its loss by: the global (all-reduced) one; rank_disagree: a
+    rank > 0 keeps its local count from the onset (every rank still joins the collective)."""
+    total = all_reduce_sum(local_tokens)
+    return local_tokens if (rank > 0 and f.on("rank_disagree", step)) else total
 
 
 def slow_trainer(f: Fault, step: int) -> None:

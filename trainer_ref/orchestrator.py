@@ -41,6 +41,7 @@ class Orchestrator:
         self.cfg, self.model_dir, self.hashes = cfg, model_dir, hashes
         self.fault = faults.from_config(cfg)
         self.gen, self.trainer, self.graders = actors["generator"], actors["trainer"], actors["graders"]
+        self.trainers = list(actors.get("trainers") or [self.trainer])  # data-parallel ranks, rank 0 first
         self.step, self.version, self.cursor = 0, 0, 0
         self.ledger = Ledger()
         self.admission = self._admission()
@@ -274,8 +275,11 @@ class Orchestrator:
         telemetry.set_context(step=self.step, version=self.version)
         P = telemetry.probe()
         with telemetry.span("train_step", step=self.step, version=self.version):
-            out = ray.get(self.trainer.train_step.remote(groups, self.step, data_wait_s,
-                                                         reward_wait_s=P.grader.take_wait()))
+            wait = P.grader.take_wait()
+            n = len(self.trainers)  # data parallel: whole groups per rank, every rank steps at once
+            outs = ray.get([t.train_step.remote(groups[r::n], self.step, data_wait_s, reward_wait_s=wait)
+                            for r, t in enumerate(self.trainers)])
+            out = outs[0]  # rank 0 reports the whole step (statistics reduced over the ranks)
         # the staleness event (histogram, ages, importance stats) comes from the trainer's StalenessProbe
         flat = [(len(set(s["reward"] for s in g["samples"])) == 1, s) for g in groups for s in g["samples"]]
         gp = telemetry.probe().goodput
@@ -391,7 +395,7 @@ class Orchestrator:
         if d is None:
             return False
         st = faults.resume_state(self.fault, checkpoint.read_state(d), self.cfg.groups_per_step)
-        ray.get(self.trainer.load.remote(str(d), st["version"]))
+        ray.get([t.load.remote(str(d), st["version"]) for t in self.trainers])
         self.step, self.version, self.cursor = st["step"], st["version"], st["cursor"]
         self.buffer = deque(st["buffer"])
         self.ledger = Ledger(st["ledger"])

@@ -48,12 +48,12 @@ def start_actors(cfg: Config, model_dir: str, hashes: dict[str, str]) -> dict[st
 
     from trainer_ref.generator import VLLMGenerator
     from trainer_ref.graders import GraderWorker, JudgeModel
-    from trainer_ref.trainer import Trainer
 
     c = cfg.to_dict()
     restarts = int(cfg.max_restarts)  # separate_async recovers restarted generator / graders (orchestrator)
     gen = ray.remote(num_cpus=0, max_concurrency=8, max_restarts=restarts)(VLLMGenerator).remote(model_dir, c, cfg.run_dir, 0, hashes)
-    trainer = ray.remote(num_cpus=0)(Trainer).remote(model_dir, c, cfg.run_dir, hashes)
+    trainers = start_trainers(cfg, model_dir, hashes)
+    trainer = trainers[0]
     judge = None
     if cfg.grader == "judge":
         judge = ray.remote(num_cpus=0, max_concurrency=4)(JudgeModel).remote(model_dir, cfg.max_model_len, cfg.run_dir, c)
@@ -65,19 +65,45 @@ def start_actors(cfg: Config, model_dir: str, hashes: dict[str, str]) -> dict[st
             cfg.grader, cfg.grader_timeout_s, cfg.run_dir, i, c, judge) for i in range(cfg.grader_workers)]
     if cfg.grader_placement == "colocated":
         ray.get(gen.attach_grader.remote(cfg.grader, cfg.grader_timeout_s, judge))
-    ray.get([gen.ready.remote(), trainer.ready.remote()] + [g.ready.remote() for g in graders])
-    return {"generator": gen, "trainer": trainer, "graders": graders, "judge": judge}
+    ray.get([gen.ready.remote()] + [g.ready.remote() for g in graders])
+    return {"generator": gen, "trainer": trainer, "trainers": trainers, "graders": graders, "judge": judge}
+
+
+def start_trainers(cfg: Config, model_dir: str, hashes: dict[str, str]) -> list[Any]:
+    """``cfg.dp`` data-parallel trainer ranks as Ray actors, joined in one process group (gloo on CPU,
+    NCCL on CUDA); rank 0 dumps the weights for the sync and reports each step."""
+    import ray
+
+    from trainer_ref.trainer import Trainer
+
+    c = cfg.to_dict()
+    trainers = [ray.remote(num_cpus=0)(Trainer).remote(model_dir, c, cfg.run_dir, hashes, r, cfg.dp)
+                for r in range(cfg.dp)]
+    ray.get([t.ready.remote() for t in trainers])
+    if cfg.dp > 1:
+        import socket
+
+        with socket.socket() as sock:  # a free local port for the process group's rendezvous
+            sock.bind(("127.0.0.1", 0))
+            init = f"tcp://127.0.0.1:{sock.getsockname()[1]}"
+        ray.get([t.init_dist.remote(init) for t in trainers])  # every rank joins at once
+    return trainers
+
+
+def trainer_ranks(actors: dict[str, Any]) -> list[Any]:
+    """Every data-parallel trainer rank (rank 0 first)."""
+    return list(actors.get("trainers") or [actors["trainer"]])
 
 
 def stop_actors(actors: dict[str, Any]) -> None:
     import ray
 
-    for a in [actors["generator"], actors["trainer"], *actors["graders"]]:  # recorders closed: not "lost"
+    for a in [actors["generator"], *trainer_ranks(actors), *actors["graders"]]:  # recorders closed: not "lost"
         try:
             ray.get(a.shutdown.remote(), timeout=30)
         except Exception:
             pass
-    for a in [actors["generator"], actors["trainer"], *actors["graders"], actors.get("judge")]:
+    for a in [actors["generator"], *trainer_ranks(actors), *actors["graders"], actors.get("judge")]:
         if a is not None:
             try:
                 ray.kill(a)
@@ -105,11 +131,12 @@ def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | No
             start_ray(cfg)
             actors = start_actors(cfg, model_dir, hashes)
         else:
-            ray.get(actors["trainer"].reset.remote(model_dir))
+            ray.get([t.reset.remote(model_dir) for t in trainer_ranks(actors)])
             ray.get([a.set_run.remote(cfg.run_dir, cfg.to_dict(), hashes) for a in _telemetry_actors(actors)])
         set_probes(actors, cfg.probes)
         # parity: the generator's tokenizer / chat template / sampling hashes go to the trainer's ParityProbe
-        ray.get(actors["trainer"].set_generator_hashes.remote(actors["generator"].parity_hashes.remote()))
+        gh = actors["generator"].parity_hashes.remote()
+        ray.get([t.set_generator_hashes.remote(gh) for t in trainer_ranks(actors)])
         orch = Orchestrator(cfg, model_dir, hashes, actors)
         resumed = cfg.resume and orch.restore()
         faults.declare(orch.fault, orch.step if resumed else None)
@@ -150,8 +177,8 @@ def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | No
 
 
 def _telemetry_actors(actors: dict[str, Any]) -> list[Any]:
-    """Generator, trainer and pooled graders (a colocated grader lives in the generator)."""
-    out = [actors["generator"], actors["trainer"]]
+    """Generator, trainer ranks and pooled graders (a colocated grader lives in the generator)."""
+    out = [actors["generator"], *trainer_ranks(actors)]
     return out + [g for g in actors["graders"] if g is not actors["generator"]]
 
 

@@ -26,11 +26,12 @@ def _tag(s: dict[str, Any]) -> dict[str, int]:
 
 class Trainer:
     def __init__(self, model_dir: str, cfg: dict[str, Any], run_dir: str | None = None,
-                 hashes: dict[str, str] | None = None) -> None:
+                 hashes: dict[str, str] | None = None, rank: int = 0, world: int = 1) -> None:
         from transformers import AutoTokenizer, LlamaForCausalLM
 
+        self.rank, self.world = int(rank), int(world)
         if run_dir:
-            telemetry.init_component(run_dir, "trainer", 0, config=cfg, hashes=hashes,
+            telemetry.init_component(run_dir, "trainer", self.rank, config=cfg, hashes=hashes,
                                      prometheus=bool(cfg.get("prometheus")))
         torch.manual_seed(int(cfg["seed"]))
         self.cfg, self.fault, self._prev_dump = cfg, faults.from_config(cfg), None
@@ -55,10 +56,19 @@ class Trainer:
     def ready(self) -> bool:
         return True
 
+    def init_dist(self, init_method: str) -> int:
+        """Join the data-parallel group (gloo on CPU, NCCL on CUDA); every rank calls it at once."""
+        import torch.distributed as dist
+
+        if self.world > 1 and not dist.is_initialized():
+            dist.init_process_group("nccl" if self.device == "cuda" else "gloo", init_method=init_method,
+                                    rank=self.rank, world_size=self.world)
+        return self.rank
+
     def set_run(self, run_dir: str, cfg: dict[str, Any], hashes: dict[str, str] | None = None) -> None:
         """Reuse this actor for another run: its record, config and fresh probes."""
         self.cfg, self.fault, self._prev_dump = cfg, faults.from_config(cfg), None
-        telemetry.set_run(run_dir, "trainer", 0, cfg, hashes, bool(cfg.get("prometheus")))
+        telemetry.set_run(run_dir, "trainer", self.rank, cfg, hashes, bool(cfg.get("prometheus")))
         telemetry.probe().parity.set_hashes(trainer=telemetry.parity_hashes(self.tok, cfg))
 
     def set_telemetry(self, on: bool) -> None:
@@ -72,7 +82,12 @@ class Trainer:
     # ----- one optimiser step ----------------------------------------------------------------
     def train_step(self, groups: list[dict[str, Any]], step: int, data_wait_s: float | None = None,
                    reward_wait_s: float | None = None) -> dict[str, Any]:
-        """One GRPO step over graded groups; the policy version increases by one."""
+        """One GRPO step over graded groups; the policy version increases by one.
+
+        Data parallel (``world`` > 1): every rank calls this at once with its shard of the step's groups.
+        The loss is a token mean over the *global* batch: the token count is all-reduced (the denominator
+        every rank must agree on; the advantage probe all-gathers it to check), gradients are all-reduced
+        (summed) before clipping, and the step's statistics are reduced so rank 0 reports the whole step."""
         t0 = time.perf_counter()
         telemetry.set_context(step=step, version=self.version)
         telemetry.heartbeat("train", f"step {step}")
@@ -83,7 +98,8 @@ class Trainer:
         adv_flat = [a for g in advs for a in g]
         seqs = [s["prompt_ids"] + s["completion_ids"] for s in samples]
         starts = [len(s["prompt_ids"]) for s in samples]
-        token_den = float(sum(len(s["completion_ids"]) for s in samples)) or 1.0  # global token count
+        token_den = faults.token_denominator(self.fault, step, self.rank, float(sum(len(s["completion_ids"]) for s in samples)),
+                                             self._all_reduce_sum) or 1.0  # the global token count
         self.opt.zero_grad(set_to_none=True)
         acc = {k: 0.0 for k in ("loss", "tokens", "is_sum", "is_clip", "w", "w2", "kl", "ent", "dl")}
         is_max, dl_max = 0.0, 0.0
@@ -129,14 +145,22 @@ class Trainer:
                 if s["max_token_version"] == self.version and s["min_token_version"] == self.version:
                     fresh_dl += d * n
                     fresh_tok += n
+        flat_r = [x for g in rewards for x in g]
+        r_sum, r_sq, n_all = float(sum(flat_r)), float(sum(x * x for x in flat_r)), float(len(flat_r))
+        if self.world > 1:  # the whole step's gradient and numbers on every rank
+            self._all_reduce_grads()
+            acc, fresh_dl, fresh_tok, r_sum, r_sq, n_all = self._reduce_sums(acc, fresh_dl, fresh_tok, r_sum, r_sq, n_all)
+            is_max, dl_max = self._reduce_max(is_max, dl_max)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.cfg["max_grad_norm"])))
         nonfinite = not math.isfinite(grad_norm)
         gres = None
+        lead = self.rank == 0  # rank 0 reports the step (train_step, grad norm); every rank its own shard
         if probing:  # pre-clip norm, spike detector, per-group norms and sample ids at a spike
             P = telemetry.probe()
-            gres = P.grad.observe(grad_norm=grad_norm, groups=self.model, step=step, emit=False,
-                                  sample_ids=[s["sample_id"] for s in samples],
-                                  group_ids=[g["group_id"] for g in groups])
+            if lead:
+                gres = P.grad.observe(grad_norm=grad_norm, groups=self.model, step=step, emit=False,
+                                      sample_ids=[s["sample_id"] for s in samples],
+                                      group_ids=[g["group_id"] for g in groups])
             P.adv.observe(rewards, advantages=advs, token_denominator=token_den, step=step)
             P.staleness.consume([s["sample_id"] for s in samples], [_tag(s) for s in samples], self.version,
                                 gen_logprobs=gen_lp, train_logprobs=train_lp, emit_ledger=False,
@@ -151,12 +175,12 @@ class Trainer:
         self.version += 1
         self._opt_ns = time.time_ns()
         n_tok = max(acc["tokens"], 1.0)
-        r = torch.tensor([x for g in rewards for x in g], dtype=torch.float64)
+        r_mean = r_sum / max(n_all, 1.0)
         out = {"step": step, "version": self.version, "loss": acc["loss"], "grad_norm": grad_norm,
                "grad_norm_clipped": min(grad_norm, float(self.cfg["max_grad_norm"])) if not nonfinite else grad_norm,
                "clipped": grad_norm > float(self.cfg["max_grad_norm"]), "nonfinite": nonfinite,
-               "samples": len(samples), "tokens": int(acc["tokens"]), "step_seconds": time.perf_counter() - t0,
-               "reward_mean": float(r.mean()), "reward_std": float(r.std(unbiased=False)),
+               "samples": int(n_all), "tokens": int(acc["tokens"]), "step_seconds": time.perf_counter() - t0,
+               "reward_mean": r_mean, "reward_std": math.sqrt(max(r_sq / max(n_all, 1.0) - r_mean * r_mean, 0.0)),
                "kl": acc["kl"] / n_tok if self.ref is not None else None, "entropy": acc["ent"] / n_tok,
                "lr": float(self.opt.param_groups[0]["lr"]),
                "is_ratio_mean": acc["is_sum"] / n_tok, "is_ratio_max": is_max, "is_clipped_ratio": acc["is_clip"] / n_tok,
@@ -165,9 +189,52 @@ class Trainer:
                "fresh_mean_abs_dlogp": fresh_dl / fresh_tok if fresh_tok else None, "fresh_tokens": int(fresh_tok),
                "token_denominator": token_den, "data_wait_s": data_wait_s,
                "reward_wait_s": reward_wait_s}
-        if probing:
+        if probing and lead:
             self._emit(step, out, gres)
+        elif probing:
+            telemetry.on_phase("training", out["step_seconds"], int(sum(len(x["completion_ids"]) for x in samples)))
         return out
+
+    # ----- data parallel -----------------------------------------------------------------------
+    def _all_reduce_sum(self, value: float) -> float:
+        """Sum of ``value`` over the data-parallel ranks (itself on one rank)."""
+        if self.world <= 1:
+            return value
+        import torch.distributed as dist
+
+        t = torch.tensor([value], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t.item())
+
+    def _all_reduce_grads(self) -> None:
+        """Sum every gradient over the ranks in one flat buffer (the loss is already a global token mean)."""
+        import torch.distributed as dist
+
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
+        flat = torch.cat([g.reshape(-1) for g in grads])
+        dist.all_reduce(flat)
+        i = 0
+        for p, g in zip(params, grads):
+            n = g.numel()
+            p.grad = flat[i:i + n].view_as(g).clone()
+            i += n
+
+    def _reduce_sums(self, acc: dict[str, float], *more: float) -> tuple[Any, ...]:
+        import torch.distributed as dist
+
+        keys = sorted(acc)
+        t = torch.tensor([acc[k] for k in keys] + list(more), dtype=torch.float64)
+        dist.all_reduce(t)
+        vals = t.tolist()
+        return ({k: vals[i] for i, k in enumerate(keys)}, *vals[len(keys):])
+
+    def _reduce_max(self, *values: float) -> tuple[float, ...]:
+        import torch.distributed as dist
+
+        t = torch.tensor(list(values), dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return tuple(t.tolist())
 
     def _emit(self, step: int, o: dict[str, Any], gres: Any) -> None:
         """train_step (grad-norm probe fields + the step's numbers), training phase, trainer throughput."""
@@ -225,6 +292,10 @@ class Trainer:
         self.model.load_state_dict(load_file(f"{model_dir}/model.safetensors"), strict=False)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=float(self.cfg["lr"]), betas=(0.9, 0.99), weight_decay=0.0)
         self.version = 0
+
+    def weights_digest(self) -> str:
+        """One fingerprint over every parameter (data-parallel ranks must agree on it after each step)."""
+        return weight_sync.digest({k: weight_sync.tensor_fingerprint(v) for k, v in self.model.state_dict().items()})
 
     def shutdown(self) -> None:
         telemetry.shutdown()
