@@ -9,9 +9,10 @@ the actor's pid from Ray's actor table, a random delay inside the step):
 * ``grader``: one or two grader kills; ``generator``: one generator kill; ``both``: a grader and the
   generator killed in the same step. These run in this process on one Ray cluster and one set of
   actors (``train(cfg, actors=...)``), restarted by Ray and recovered by the orchestrator.
-* ``driver``: the trainer driver (``python -m trainer_ref.run --checkpoint-every 2``) is SIGKILLed
-  after a random checkpoint (its Ray actors die with it), then resumed with ``--resume`` in the same
-  run directory. Run as subprocesses before the in-process cluster starts.
+* ``driver``: the trainer driver (``python -m trainer_ref.run --checkpoint-every 2``, a subprocess with
+  its own Ray cluster) is SIGKILLed after a random checkpoint (its Ray actors die with it), then
+  resumed with ``python -m trainer_ref.run --resume`` in the same run directory (``--resume-in-process``:
+  ``train(cfg, actors=...)`` with ``resume=True`` on the reused actors, one Ray + vLLM start less).
 
 After each schedule ``trainer_ref.chaos.check_run`` replays the ledger of every driver invocation
 and the checkpoints: lost (must be 0), duplicated (must be 0), illegal transitions, the record opens
@@ -124,7 +125,10 @@ def _kill_tree(proc: subprocess.Popen, procs: list[Any]) -> None:
             pass
 
 
-def run_driver_schedule(s: dict[str, Any], out_dir: Path, steps: int) -> dict[str, Any]:
+def run_driver_schedule(s: dict[str, Any], out_dir: Path, steps: int, actors: dict[str, Any] | None = None,
+                        model_dir: str | None = None) -> dict[str, Any]:
+    """Kill a driver subprocess after a checkpoint; resume in a subprocess too, or (``actors`` given)
+    in this process on the reused actors, which saves a Ray + vLLM start."""
     import psutil
 
     from trainer_ref import checkpoint
@@ -150,7 +154,19 @@ def run_driver_schedule(s: dict[str, Any], out_dir: Path, steps: int) -> dict[st
             break
         time.sleep(0.05)
     first_rc = proc.returncode
-    if killed_pid is not None:
+    if killed_pid is not None and actors is not None:
+        from trainer_ref.config import Config
+        from trainer_ref.run import train
+
+        resumed_from = checkpoint.latest(run_dir)
+        cfg = Config(run_dir=str(run_dir), mode="separate_async", steps=steps, seed=seed, checkpoint_every=2,
+                     resume=True, max_restarts=-1, **SMALL)
+        try:
+            rc = 0 if train(cfg, actors=actors, model_dir=model_dir)["steps"] == steps else 1
+        except Exception as e:  # noqa: BLE001 - a failed resume is a result
+            print(f"resume failed: {e!r}", file=log, flush=True)
+            rc = 1
+    elif killed_pid is not None:
         resumed_from = checkpoint.latest(run_dir)
         rc = subprocess.run(_cmd(run_dir, steps, seed, True), cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT,
                             timeout=900).returncode
@@ -232,6 +248,9 @@ def main() -> None:
     ap.add_argument("--only", default="")
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--work", default="/tmp/rlobs_chaos")
+    ap.add_argument("--resume-in-process", action="store_true",
+                    help="driver schedules resume in this process on the reused actors (default: a second "
+                         "subprocess with --resume; saves a Ray + vLLM start per schedule)")
     ap.add_argument("--recheck", action="store_true",
                     help="re-run the checker over the run directories of the saved chaos.json (no training)")
     args = ap.parse_args()
@@ -251,10 +270,11 @@ def main() -> None:
               f"illegal={r['illegal']} open={r['open_ok']} restarts={r['restarts']} doctor={r.get('doctor_reported')} "
               f"{r['wall_s']:6.1f}s {r.get('error') or ''}", flush=True)
 
-    for s in [s for s in scheds if s["kind"] == "driver"]:
-        results.append(run_driver_schedule(s, work, args.steps))
-        show(results[-1])
-    rest = [s for s in scheds if s["kind"] != "driver"]
+    if not args.resume_in_process:
+        for s in [s for s in scheds if s["kind"] == "driver"]:
+            results.append(run_driver_schedule(s, work, args.steps))
+            show(results[-1])
+    rest = [s for s in scheds if s["kind"] != "driver" or args.resume_in_process]
     if rest:
         import ray
 
@@ -268,7 +288,10 @@ def main() -> None:
         actors = start_actors(cfg, model_dir, {"tokenizer": tokenizer_hash(model_dir)})
         try:
             for s in rest:
-                results.append(run_actor_schedule(s, actors, model_dir, work, args.steps))
+                if s["kind"] == "driver":  # killed in a subprocess (its own Ray), resumed here
+                    results.append(run_driver_schedule(s, work, args.steps, actors, model_dir))
+                else:
+                    results.append(run_actor_schedule(s, actors, model_dir, work, args.steps))
                 show(results[-1])
         finally:
             stop_actors(actors)

@@ -485,9 +485,10 @@ class Orchestrator:
             grading: list[tuple[Any, list[dict[str, Any]], int, int]] = []  # (ref, groups, grader, attempt)
             seen = {"gen": self._gen_inc, "check": 0.0}
 
-            def resubmit_lost() -> None:
-                """After a generator restart: submit again the groups the new instance does not hold."""
-                if seen["gen"] == self._gen_inc:
+            def resubmit_lost(force: bool = False) -> None:
+                """After a generator restart (or any failed call: a lost poll reply took its groups with
+                it): submit again the groups the generator does not hold."""
+                if seen["gen"] == self._gen_inc and not force:
                     return
                 known = set(ray.get(self.gen.known_groups.remote()))
                 lost = [g for gid, g in sent.items() if gid not in known]
@@ -499,14 +500,15 @@ class Orchestrator:
                 seen["gen"] = self._gen_inc
 
             def gen_call(fn: Callable[[], Any]) -> Any:
-                """fn() against the generator; on its death: recover it, resubmit, and return None."""
-                try:
-                    resubmit_lost()
-                    return fn()
-                except actor_errors() as e:
-                    self._ensure_generator(type(e).__name__)
-                    resubmit_lost()
-                    return None
+                """fn() against the generator; on a failure: recover it (a restarted one is re-synced),
+                resubmit what it lost, and return None (the call itself is not repeated)."""
+                for attempt in range(4):
+                    try:
+                        resubmit_lost(force=attempt > 0)
+                        return fn() if attempt == 0 else None
+                    except actor_errors() as e:
+                        self._ensure_generator(type(e).__name__)
+                raise RuntimeError("the generator kept failing during its recovery")
 
             probes_out: dict[int, Any] = {}  # actor index (-1: generator) -> pending incarnation() call
 
