@@ -114,7 +114,7 @@ class GraderWorker:
         self.rank = rank
         self.kind, self.timeout_s, self.judge = kind, timeout_s, judge
         self.fault = faults.from_config(cfg or {})
-        self.pool = ThreadPoolExecutor(max_workers=4, thread_name_prefix="grader")
+        self.pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="grader")  # a hung call holds a thread
         self._incarnation = f"{os.getpid()}:{time.time_ns()}"
 
     def ready(self) -> bool:
