@@ -78,6 +78,10 @@ class VLLMGenerator:
         """Probes on/off in this process (telemetry.set_enabled)."""
         telemetry.set_enabled(on)
 
+    def flush_telemetry(self) -> bool:
+        """Everything this process recorded so far is in the run record (a reused actor, end of a run)."""
+        return telemetry.flush()
+
     def parity_hashes(self) -> dict[str, str]:
         """This side's tokenizer / chat template / sampling hashes (the trainer compares them)."""
         return telemetry.parity_hashes(self.tok, faults.sampling_cfg(self.fault, self.cfg))

@@ -137,6 +137,10 @@ class GraderWorker:
         """Probes on/off in this process (telemetry.set_enabled)."""
         telemetry.set_enabled(on)
 
+    def flush_telemetry(self) -> bool:
+        """Everything this process recorded so far is in the run record (a reused actor, end of a run)."""
+        return telemetry.flush()
+
     def _tracked(self, sample: dict[str, Any], submitted_ns: int | None = None) -> float:
         """One grader call, tracked by the GraderProbe (grader_call event; in flight for the watchdog)."""
         if not telemetry.enabled():

@@ -173,6 +173,11 @@ def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | No
     finally:
         if own and actors is not None:
             stop_actors(actors)
+        elif actors is not None:  # reused actors stay up: their events of this run must be on disk now
+            try:
+                ray.get([a.flush_telemetry.remote() for a in _telemetry_actors(actors)], timeout=30)
+            except Exception:
+                pass
         telemetry.shutdown()
 
 

@@ -120,6 +120,11 @@ def shutdown() -> None:
     rlobs.shutdown()
 
 
+def flush(timeout: float = 10.0) -> bool:
+    """Write what this process recorded so far to the run record (True when done within ``timeout``)."""
+    return bool(rlobs.get_recorder().flush(timeout))
+
+
 def dropped() -> int:
     """Events the recorder rejected (schema mistakes) in this process."""
     return int(rlobs.get_recorder().stats().get("dropped_total", 0) or 0)

@@ -75,6 +75,10 @@ class Trainer:
         """Probes on/off in this process (telemetry.set_enabled)."""
         telemetry.set_enabled(on)
 
+    def flush_telemetry(self) -> bool:
+        """Everything this process recorded so far is in the run record (a reused actor, end of a run)."""
+        return telemetry.flush()
+
     def set_generator_hashes(self, hashes: dict[str, str]) -> None:
         """The generator's parity hashes (tokenizer, chat template, sampling), compared on every batch."""
         telemetry.probe().parity.set_hashes(generator=hashes)
