@@ -174,7 +174,9 @@ def serve_forever(run_dirs: Sequence[str | os.PathLike[str]], port: int = 9090, 
     def _stop(signum: int, frame: object) -> None:
         stop["now"] = True
 
-    previous = signal.signal(signal.SIGTERM, _stop)
+    # Ctrl-C and SIGTERM only set a flag: a KeyboardInterrupt raised in the middle of printing or of
+    # starting the loop could otherwise leave the process (and its Prometheus) hanging
+    previous = {sig: signal.signal(sig, _stop) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         echo(f"Prometheus on {prom.url}  (targets: {prom.url}/targets, alerts: {prom.url}/alerts)")
         echo(f"scraping {', '.join(str(d) for d in prom.run_dirs)} every {scrape_interval}; Ctrl-C stops it")
@@ -186,7 +188,8 @@ def serve_forever(run_dirs: Sequence[str | os.PathLike[str]], port: int = 9090, 
     except KeyboardInterrupt:
         pass
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         prom.stop()
     echo("Prometheus stopped")
     return 0

@@ -230,6 +230,29 @@ def verify_parquet(path: Path) -> str | None:
     return None
 
 
+def _readable_by_duckdb(con: Any, files: list[str], kind: str, problems: list[ReadProblem]) -> list[str]:
+    """The files DuckDB can bind (it parses the footer itself: a flipped byte that pyarrow's metadata reader
+    accepts can still fail here). One bind for all in the common case; file by file only after a failure,
+    listing the bad ones in ``problems``."""
+    def binds(paths: list[str]) -> bool:
+        try:
+            con.execute(f"DESCRIBE SELECT * FROM read_parquet([{', '.join(_sql_str(p) for p in paths)}], "
+                        "union_by_name=true)").fetchall()
+            return True
+        except duckdb.Error:
+            return False
+
+    if binds(files):
+        return files
+    good = []
+    for f in files:
+        if binds([f]):
+            good.append(f)
+        else:
+            problems.append(ReadProblem(f, kind, "unreadable", "corrupt Parquet metadata (DuckDB cannot read it)"))
+    return good
+
+
 def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord:
     """Open the run record at ``path``. Raises RunRecordError / UnsupportedSchemaVersion for a bad manifest.
 
@@ -278,6 +301,8 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord
                     if table is not None and table.num_rows:
                         tails.append(table)
         parts = []
+        if parquet:
+            parquet = _readable_by_duckdb(con, parquet, kind, problems)
         if parquet:
             parts.append(f"SELECT * FROM read_parquet([{', '.join(_sql_str(p) for p in parquet)}], union_by_name=true)")
         if tails:
