@@ -87,7 +87,7 @@ class Stack:
         from trainer_ref.run import stop_actors
 
         for ranks in self._dp.values():
-            stop_actors({"generator": None, "trainers": ranks, "graders": [], "trainer": ranks[0]})
+            stop_actors({"trainers": ranks, "graders": []})
         stop_actors(self.actors)
         ray.shutdown()
 

@@ -153,6 +153,9 @@ def check_run(run_dir: str | os.PathLike[str], killed_pids: list[int] | None = N
     resumed_from = list(resumed_from or [])
     state: dict[str, str] = {}
     committed_consumed: Counter = Counter()
+    prev_seen: dict[str, set[str]] = {}  # the previous driver invocation's replay (k > 0)
+    prev_start: dict[str, str] = {}
+    prev_state: dict[str, str] = {}
     for k, d in enumerate(drivers):
         start: dict[str, str] = {}
         if k > 0:

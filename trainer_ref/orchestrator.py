@@ -245,8 +245,8 @@ class Orchestrator:
         """Apply the staleness / TTL bounds to a graded group as a whole (GRPO needs its group): every
         sample is judged on the group's dispatch tag (oldest version and time), so all share the verdict;
         a dropped group's samples are dropped in the ledger with the reason, its tokens in goodput."""
-        tag = {"dispatch_version": min(s["dispatch_version"] for s in g["samples"]),
-               "dispatch_ns": min(int(s.get("dispatch_ns") or (s["t_done"] - s["gen_seconds"]) * 1e9) for s in g["samples"])}
+        tags = [telemetry.dispatch_tag(s) for s in g["samples"]]
+        tag = {"dispatch_version": min(t["dispatch_version"] for t in tags), "dispatch_ns": min(t["dispatch_ns"] for t in tags)}
         self.admission.max_staleness = faults.max_staleness(self.fault, self.step, self.cfg.max_staleness)
         why = None
         for s in g["samples"]:

@@ -98,12 +98,14 @@ def trainer_ranks(actors: dict[str, Any]) -> list[Any]:
 def stop_actors(actors: dict[str, Any]) -> None:
     import ray
 
-    for a in [actors["generator"], *trainer_ranks(actors), *actors["graders"]]:  # recorders closed: not "lost"
+    for a in [actors.get("generator"), *trainer_ranks(actors), *actors["graders"]]:  # recorders closed: not "lost"
+        if a is None:
+            continue
         try:
             ray.get(a.shutdown.remote(), timeout=30)
         except Exception:
             pass
-    for a in [actors["generator"], *trainer_ranks(actors), *actors["graders"], actors.get("judge")]:
+    for a in [actors.get("generator"), *trainer_ranks(actors), *actors["graders"], actors.get("judge")]:
         if a is not None:
             try:
                 ray.kill(a)

@@ -154,6 +154,16 @@ def on_span(name: str, start_ns: int, end_ns: int, status: str = "ok", **attribu
                               attributes=to_json(attributes))
 
 
+def dispatch_tag(s: dict[str, Any]) -> dict[str, int]:
+    """A sample's dispatch tag (``probes.VersionTag`` fields) from what the generator stamped on it
+    (samples from checkpoints older than the dispatch stamp: dispatch time = completion - generation time;
+    no token-version range: the dispatch version, as ``probes.VersionTag.from_dict``)."""
+    v = s["dispatch_version"]
+    return {"dispatch_version": v, "min_token_version": s.get("min_token_version", v),
+            "max_token_version": s.get("max_token_version", v),
+            "dispatch_ns": int(s.get("dispatch_ns") or (s["t_done"] - s["gen_seconds"]) * 1e9)}
+
+
 def on_rollout(s: dict[str, Any], with_text: bool = True) -> None:
     _rec().emit(
         "rollout", sample_id=s["sample_id"], group_id=s["group_id"], prompt_id=str(s["prompt_idx"]),

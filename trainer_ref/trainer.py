@@ -17,13 +17,6 @@ import torch
 from trainer_ref import checkpoint, faults, grpo, telemetry, weight_sync
 
 
-def _tag(s: dict[str, Any]) -> dict[str, int]:
-    """A sample's dispatch tag (probes.VersionTag fields) from what the generator stamped on it."""
-    return {"dispatch_version": s["dispatch_version"], "min_token_version": s["min_token_version"],
-            "max_token_version": s["max_token_version"],
-            "dispatch_ns": int(s.get("dispatch_ns") or (s["t_done"] - s["gen_seconds"]) * 1e9)}
-
-
 class Trainer:
     def __init__(self, model_dir: str, cfg: dict[str, Any], run_dir: str | None = None,
                  hashes: dict[str, str] | None = None, rank: int = 0, world: int = 1) -> None:
@@ -166,7 +159,7 @@ class Trainer:
                                       sample_ids=[s["sample_id"] for s in samples],
                                       group_ids=[g["group_id"] for g in groups])
             P.adv.observe(rewards, advantages=advs, token_denominator=token_den, step=step)
-            P.staleness.consume([s["sample_id"] for s in samples], [_tag(s) for s in samples], self.version,
+            P.staleness.consume([s["sample_id"] for s in samples], [telemetry.dispatch_tag(s) for s in samples], self.version,
                                 gen_logprobs=gen_lp, train_logprobs=train_lp, emit_ledger=False,
                                 tokens=[len(s["completion_ids"]) for s in samples])
             # parity compares log-probs of the same weights: only samples generated entirely by this version

@@ -35,16 +35,25 @@ def digest(fingerprints: dict[str, str]) -> str:
     return combined_fingerprint(fingerprints)
 
 
+def _fusions(names: Iterable[str]) -> list[tuple[str, list[str]]]:
+    """(fused engine name, [its parts in order]) for every group of ``names`` vLLM fuses into one tensor."""
+    have = set(names)
+    out = []
+    for fused, parts in _FUSED:
+        for name in sorted(k for k in have if parts[0] in k):
+            prefix, suffix = name.split(parts[0])
+            group = [prefix + p + suffix for p in parts]
+            if all(n in have for n in group):
+                out.append((prefix + fused + suffix, group))
+    return out
+
+
 def engine_names(names: Iterable[str]) -> list[str]:
     """Tensor names in the engine layout (the fusions of ``engine_layout``, on names only)."""
     out = set(names)
-    for fused, parts in _FUSED:
-        for name in [k for k in out if parts[0] in k]:
-            prefix, suffix = name.split(parts[0])
-            group = [prefix + p + suffix for p in parts]
-            if all(n in out for n in group):
-                out.difference_update(group)
-                out.add(prefix + fused + suffix)
+    for fused, group in _fusions(list(out)):
+        out.difference_update(group)
+        out.add(fused)
     return sorted(out)
 
 
@@ -53,12 +62,8 @@ def engine_layout(state: dict[str, Any]) -> dict[str, Any]:
     import torch
 
     out = dict(state)
-    for fused, parts in _FUSED:
-        for name in [k for k in state if parts[0] in k]:
-            prefix, suffix = name.split(parts[0])
-            names = [prefix + p + suffix for p in parts]
-            if all(n in out for n in names):
-                out[prefix + fused + suffix] = torch.cat([out.pop(n) for n in names], 0)
+    for fused, group in _fusions(state):
+        out[fused] = torch.cat([out.pop(n) for n in group], 0)
     return out
 
 

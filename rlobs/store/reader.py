@@ -231,26 +231,30 @@ def verify_parquet(path: Path) -> str | None:
 
 
 def _readable_by_duckdb(con: Any, files: list[str], kind: str, problems: list[ReadProblem]) -> list[str]:
-    """The files DuckDB can bind (it parses the footer itself: a flipped byte that pyarrow's metadata reader
-    accepts can still fail here). One bind for all in the common case; file by file only after a failure,
-    listing the bad ones in ``problems``."""
-    def binds(paths: list[str]) -> bool:
-        try:
-            con.execute(f"DESCRIBE SELECT * FROM read_parquet([{', '.join(_sql_str(p) for p in paths)}], "
-                        "union_by_name=true)").fetchall()
-            return True
-        except duckdb.Error:
-            return False
-
-    if binds(files):
-        return files
+    """The files DuckDB can bind, file by file (it parses each footer itself: a flipped byte that pyarrow's
+    metadata reader accepts can still fail here); the others are listed in ``problems``."""
     good = []
     for f in files:
-        if binds([f]):
+        try:
+            con.execute(f"DESCRIBE SELECT * FROM read_parquet({_sql_str(f)})").fetchall()
             good.append(f)
-        else:
+        except duckdb.Error:
             problems.append(ReadProblem(f, kind, "unreadable", "corrupt Parquet metadata (DuckDB cannot read it)"))
     return good
+
+
+def _create_view(con: Any, kind: str, parquet: list[str], tail: str | None) -> None:
+    parts = []
+    if parquet:
+        parts.append(f"SELECT * FROM read_parquet([{', '.join(_sql_str(p) for p in parquet)}], union_by_name=true)")
+    if tail:
+        parts.append(f'SELECT * FROM "{tail}"')
+    # the full current schema, typed, with no rows (an SQL literal: registering an Arrow table would
+    # make DuckDB import pandas, half a second on a cold start)
+    parts.append("SELECT " + ", ".join(f'NULL::{_DUCK_TYPES[f.type]} AS "{f.name}"' for f in all_fields(kind))
+                 + " WHERE false")
+    cols = ", ".join(f'"{f.name}"' for f in arrow_schema(kind))
+    con.execute(f'CREATE OR REPLACE VIEW "{kind}" AS SELECT {cols} FROM ({" UNION ALL BY NAME ".join(parts)})')
 
 
 def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord:
@@ -300,21 +304,15 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord
                         problems.append(problem)
                     if table is not None and table.num_rows:
                         tails.append(table)
-        parts = []
-        if parquet:
-            parquet = _readable_by_duckdb(con, parquet, kind, problems)
-        if parquet:
-            parts.append(f"SELECT * FROM read_parquet([{', '.join(_sql_str(p) for p in parquet)}], union_by_name=true)")
+        tail = None
         if tails:
-            name = f"_tail_{kind}"
-            con.register(name, pa.concat_tables(tails, promote_options="permissive"))
-            parts.append(f'SELECT * FROM "{name}"')
-        # the full current schema, typed, with no rows (an SQL literal: registering an Arrow table would
-        # make DuckDB import pandas, half a second on a cold start)
-        parts.append("SELECT " + ", ".join(f'NULL::{_DUCK_TYPES[f.type]} AS "{f.name}"' for f in all_fields(kind))
-                     + " WHERE false")
-        cols = ", ".join(f'"{f.name}"' for f in arrow_schema(kind))
-        con.execute(f'CREATE VIEW "{kind}" AS SELECT {cols} FROM ({" UNION ALL BY NAME ".join(parts)})')
+            tail = f"_tail_{kind}"
+            con.register(tail, pa.concat_tables(tails, promote_options="permissive"))
+        try:
+            _create_view(con, kind, parquet, tail)
+        except duckdb.Error:  # a footer DuckDB cannot parse: leave out (and list) the files it cannot bind
+            parquet = _readable_by_duckdb(con, parquet, kind, problems)
+            _create_view(con, kind, parquet, tail)
         if parquet or tails:
             files[kind] = parquet + [str(t) for t in range(len(tails))]
             env_cols = ", ".join(f'"{n}"' for n in ENVELOPE_NAMES)

@@ -11,7 +11,6 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-import rlobs
 from rlobs.events import WriterInfo
 from rlobs.schema import arrow_schema
 from rlobs.store import RunRecordError, UnsupportedSchemaVersion, ensure_manifest, open_run

@@ -187,7 +187,7 @@ def cache_not_reset(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         "(SELECT DISTINCT version FROM weight_sync WHERE boundary = 'load' AND coalesce(outcome, 'ok') <> 'error') l "
         "LEFT JOIN (SELECT version, bool_or(coalesce(reset_requested, false)) reset_requested, "
         "bool_or(coalesce(reset_confirmed, false)) reset_confirmed FROM weight_sync WHERE boundary = 'cache_reset' "
-        f"GROUP BY version) c ON l.version = c.version WHERE coalesce(c.reset_confirmed, false) = false "
+        "GROUP BY version) c ON l.version = c.version WHERE coalesce(c.reset_confirmed, false) = false "
         "ORDER BY l.version")
     if not rows:
         return []
