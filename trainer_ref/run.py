@@ -25,8 +25,8 @@ from trainer_ref.config import Config, parse_args
 def resolve_model(cfg: Config) -> str:
     from trainer_ref import model_build
 
-    if cfg.model == "tiny":
-        return str(model_build.build_tiny(out_dir=cfg.model_dir or None))
+    if cfg.model in model_build.PRESETS:
+        return str(model_build.build_tiny(model_build.PRESETS[cfg.model], out_dir=cfg.model_dir or None))
     if cfg.model == "smollm2":
         return str(model_build.build_smollm2(cfg.model_dir or None))
     return cfg.model
