@@ -7,7 +7,7 @@ install:
 
 main:
 	rm -rf runs/main
-	python -m trainer_ref.run --mode separate_async --steps 30 --run-dir runs/main
+	python -m trainer_ref.run --mode separate_async --model tiny-packed --lr 3e-4 --steps 30 --eval-every 10 --run-dir runs/main
 	rlobs info runs/main
 	rlobs doctor runs/main; test $$? -lt 2
 
