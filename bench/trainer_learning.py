@@ -15,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -48,6 +49,7 @@ def main() -> None:
             cfg = Config(mode=mode, model=args.model, steps=args.steps, seed=args.seed, lr=args.lr, progress=False, deterministic=True,
                          run_dir=f"/tmp/rlobs-bench-learning/{mode}-seed{args.seed}-rep{r}",
                          eval_every=max(1, args.steps // 5))
+            shutil.rmtree(cfg.run_dir, ignore_errors=True)  # a fresh record per run (train refuses an old one)
             t0 = time.time()
             s = train(cfg)
             ray.shutdown()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -47,6 +48,7 @@ def main() -> None:
     try:
         for mode in args.modes.split(","):
             cfg = Config(run_dir=str(root / mode), mode=mode, steps=args.steps, **WORKLOAD)
+            shutil.rmtree(cfg.run_dir, ignore_errors=True)  # a fresh record per run (train refuses an old one)
             t0 = time.time()
             s = train(cfg, actors=actors, model_dir=model_dir)
             results[mode] = {k: s[k] for k in ("samples_per_s", "tokens_per_s", "train_seconds", "samples_consumed",

@@ -113,6 +113,22 @@ def stop_actors(actors: dict[str, Any]) -> None:
                 pass
 
 
+def check_run_dir(cfg: Config) -> None:
+    """A fresh run (no ``--resume``) must not write into another run's directory: its events would be
+    appended to that run's record (the doctor would then see every sample of both runs consumed
+    twice) and its checkpoints interleaved with the old ones. Raises before anything is written."""
+    from trainer_ref import checkpoint
+
+    d = Path(cfg.run_dir)
+    if cfg.resume or not d.exists():
+        return
+    prior = checkpoint.latest(d)
+    if prior is not None or (d / "summary.json").exists():
+        what = f"a checkpoint ({prior})" if prior is not None else "a finished run (summary.json)"
+        raise ValueError(f"run dir {d} already holds {what}: pass --resume to continue that run, or choose "
+                         "another --run-dir (or remove this one); nothing was written")
+
+
 def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | None = None,
           on_step: Callable[[dict[str, Any]], None] | None = None) -> dict[str, Any]:
     """Run ``cfg``; reuses ``actors`` when given (tests), else starts and stops its own. ``on_step`` is
@@ -122,6 +138,7 @@ def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | No
     from trainer_ref.model_build import tokenizer_hash
     from trainer_ref.orchestrator import Orchestrator
 
+    check_run_dir(cfg)
     model_dir = model_dir or resolve_model(cfg)
     hashes = {"tokenizer": tokenizer_hash(model_dir), "sampling": f"T={cfg.temperature},max={cfg.max_tokens}"}
     Path(cfg.run_dir).mkdir(parents=True, exist_ok=True)
@@ -224,7 +241,12 @@ def _progress(cfg: Config, start: int):  # noqa: ANN202 - callable(out | None)
 
 
 def main(argv: list[str] | None = None) -> int:
-    cfg = parse_args(argv)
+    try:
+        cfg = parse_args(argv)
+        check_run_dir(cfg)
+    except ValueError as e:  # bad settings or an occupied run dir: one clear line, nothing written
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gb))
     s = train(cfg)
     ev = s["evals"]
