@@ -6,7 +6,13 @@ from __future__ import annotations
 
 import random
 
-from trainer_ref.model_build import PRESETS, _spec_key, build_tokenizer, sft_batch, sft_problems
+from trainer_ref.model_build import (
+    PRESETS,
+    _spec_key,
+    build_tokenizer,
+    sft_batch,
+    sft_problems,
+)
 from trainer_ref.task import extract_answer, make_problem
 
 
@@ -33,7 +39,7 @@ def test_packed_examples_run_on_without_eos_and_answer_a_different_problem() -> 
         assert p.target.startswith(first + "#" + str(p.answer))  # its own answer first ...
         assert "=" in rest and extract_answer(p.target) is not None  # ... then more problems, one final answer
     tok = build_tokenizer(spec.seed, spec.vocab)
-    ids, lab = sft_batch(tok, packed[:8], "cpu")
+    _, lab = sft_batch(tok, packed[:8], "cpu")
     for row, p in zip(lab.tolist(), packed[:8]):
         labels = [t for t in row if t != -100]
         assert labels.count(tok.eos_token_id) == 1 and labels[-1] == tok.eos_token_id  # EOS only at the pack's end

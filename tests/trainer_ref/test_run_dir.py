@@ -40,10 +40,10 @@ def test_cli_reports_the_occupied_run_dir_in_one_line(tmp_path):
     d = tmp_path / "run"
     d.mkdir()
     (d / "summary.json").write_text("{}")
-    p = subprocess.run([sys.executable, "-m", "trainer_ref.run", "--run-dir", str(d)], capture_output=True,
+    p = subprocess.run([sys.executable, "-m", "trainer_ref.run", "--run-dir", str(d)], capture_output=True, check=False,
                        text=True, timeout=120)
     assert p.returncode == 2
     assert p.stderr.startswith("error: run dir") and "Traceback" not in p.stderr
-    bad = subprocess.run([sys.executable, "-m", "trainer_ref.run", "--mode", "bogus"], capture_output=True,
+    bad = subprocess.run([sys.executable, "-m", "trainer_ref.run", "--mode", "bogus"], capture_output=True, check=False,
                          text=True, timeout=120)
     assert bad.returncode == 2 and "mode='bogus'" in bad.stderr and "Traceback" not in bad.stderr
