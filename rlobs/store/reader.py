@@ -72,7 +72,7 @@ def read_stream(path: Path, kind: str = "?") -> tuple[pa.Table | None, ReadProbl
     try:
         try:
             reader = pa.ipc.open_stream(source)
-        except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+        except (pa.ArrowException, OSError) as exc:  # any Arrow error: ArrowNotImplementedError too
             detail = "empty file (writer killed before its first flush)" if size < 8 else str(exc)
             return None, ReadProblem(str(path), kind, "truncated", detail, 0, size)
         major = _schema_major(reader.schema)
@@ -83,7 +83,7 @@ def read_stream(path: Path, kind: str = "?") -> tuple[pa.Table | None, ReadProbl
                 batches.append(reader.read_next_batch())
             except StopIteration:
                 break
-            except (pa.ArrowInvalid, pa.ArrowIOError, OSError) as exc:
+            except (pa.ArrowException, OSError) as exc:  # any Arrow error: ArrowNotImplementedError too
                 read = sum(b.nbytes for b in batches)
                 problem = ReadProblem(str(path), kind, "truncated", f"partial last batch: {exc}",
                                       sum(b.num_rows for b in batches), max(size - read, 0))
@@ -289,7 +289,7 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord
                             problems.append(ReadProblem(str(f), kind, "schema", f"segment written with schema major {major}"))
                             continue
                         pq.read_metadata(f)
-                    except (pa.ArrowInvalid, OSError, ValueError) as exc:
+                    except (pa.ArrowException, OSError, ValueError) as exc:  # NotImplemented too (a flipped footer bit)
                         problems.append(ReadProblem(str(f), kind, "unreadable", f"{type(exc).__name__}: {exc}"))
                         continue
                     if verify and (error := verify_parquet(f)) is not None:
