@@ -6,12 +6,13 @@ reference completions so that the initial success rate is non-zero but far from 
 both with ``save_pretrained`` into one folder that transformers and vLLM load. The folder is cached
 under ``~/.cache/rlobs/`` keyed by a hash of the build settings; building takes seconds.
 
-``PRESETS`` names the warm starts ``--model`` accepts: ``tiny`` (400 clean SFT steps: the model every
-test and the main job use; greedy success ~0.23) and ``tiny-packed``, the learning benchmark's
-warm start: 1000 SFT steps where 70 % of the examples were *packed* with 1-3 following examples
-and no end-of-sequence token between them, the classic packing bug. The model has learned the sums
-(greedy success ~0.46, greedy stops after the first answer) but at T = 1 it keeps going with a new
-made-up problem three times out of four, so sampled success starts near 0.13. Learning to stop
+``PRESETS`` names the warm starts ``--model`` accepts: ``tiny`` (400 clean SFT steps: the config
+default, used by every test and the doctor's evaluation; greedy success ~0.23) and ``tiny-packed``,
+the warm start of the main job and the learning benchmark: 1000 SFT steps where 70 % of the examples
+were *packed* with 1-3 following examples and no end-of-sequence token between them, the classic
+packing bug. The model has learned the sums (greedy success 0.84, greedy stops after the first
+answer) but at T = 1 it keeps going with a new made-up problem about three times out of four, so
+sampled held-out success starts at 0.18. Learning to stop
 after ``#answer`` is the first thing a GRPO run learns (R1-Zero's format phase); the benchmark
 measures how fast trainer_ref's loop closes that pass@k - pass@1 gap on held-out prompts.
 
