@@ -19,17 +19,80 @@ from typing import Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperGroup
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+from rlobs import exitcodes
+
+
+# click's UsageError as typer uses it (typer >= 0.25 vendors its own click; BadParameter is its public subclass)
+_UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+
+
+class _Group(TyperGroup):
+    """Typer's group with usage errors (unknown option, missing argument, bad value) exiting with
+    ``exitcodes.USAGE`` instead of click's 2, which the doctor uses for "critical finding"."""
+
+    def make_context(self, *args: Any, **kwargs: Any) -> typer.Context:
+        try:
+            return super().make_context(*args, **kwargs)
+        except _UsageError as exc:
+            exc.exit_code = exitcodes.USAGE
+            raise
+
+    def invoke(self, ctx: typer.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except _UsageError as exc:
+            exc.exit_code = exitcodes.USAGE
+            raise
+
+
+app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True,
                   help="rlobs: flight recorder and doctor for RL post-training of LLMs.")
 console = Console()
 err_console = Console(stderr=True)
 
 
+def version() -> str:
+    """The installed distribution's version (the package's own when run from a plain checkout)."""
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as dist_version
+
+    try:
+        return dist_version("rlobs")
+    except PackageNotFoundError:
+        from rlobs import __version__
+
+        return __version__
+
+
+def _print_version(value: bool) -> None:
+    if value:
+        sys.stdout.write(f"rlobs {version()}\n")
+        raise typer.Exit(exitcodes.OK)
+
+
 @app.callback()
-def _root() -> None:
+def _root(_version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                        help="print the version and exit")) -> None:
     """rlobs: flight recorder and doctor for RL post-training of LLMs."""
+
+
+def fail(message: object, code: int = exitcodes.INPUT) -> typer.Exit:
+    """Print ``error: MESSAGE`` on stderr and return the ``typer.Exit`` to raise.
+
+    On a terminal the message is styled (its text escaped: record strings are never Rich markup); when
+    stderr is a pipe or a file it is one plain line, never wrapped, so scripts and logs can grep it.
+    """
+    text = " ".join(str(message).split())
+    if err_console.is_terminal:
+        err_console.print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True, highlight=False)
+    else:
+        sys.stderr.write(f"error: {text}\n")
+        sys.stderr.flush()
+    return typer.Exit(code)
 
 
 def _fmt_ts(ns: int | None) -> str:
@@ -44,8 +107,7 @@ def _open(run: Path) -> Any:
     try:
         return open_run(run)
     except RunRecordError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise fail(exc, exitcodes.INPUT) from None
 
 
 @app.command()
@@ -116,16 +178,14 @@ def doctor(run: Path = typer.Argument(None, help="run directory"),
             console.print(rules_table(rules))
         return
     if run is None:
-        err_console.print("[bold red]error:[/] give a run directory (or --list-rules)")
-        raise typer.Exit(2)
+        raise fail("give a run directory (or --list-rules)", exitcodes.USAGE)
     try:
         overrides = parse_thresholds(threshold or [], rules)
         unknown = [r for r in (rule or []) if r not in rules]
         if unknown:
             raise ValueError(f"unknown rule(s) {unknown}; valid: {', '.join(rules)}")
     except ValueError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise fail(exc, exitcodes.USAGE) from None
 
     def evaluate() -> Any:
         record = _open(run)
@@ -144,7 +204,10 @@ def doctor(run: Path = typer.Argument(None, help="run directory"),
             record.close()
 
     def emit(report: Any) -> None:
-        if as_json:
+        if as_json and follow:  # JSON Lines: one compact document per evaluation, flushed as it comes
+            sys.stdout.write(json.dumps(report.to_dict(), sort_keys=True, default=str, separators=(",", ":")) + "\n")
+            sys.stdout.flush()
+        elif as_json:
             sys.stdout.write(to_json(report) + "\n")
         elif markdown:
             sys.stdout.write(to_markdown(report) + "\n")
@@ -172,7 +235,7 @@ def doctor(run: Path = typer.Argument(None, help="run directory"),
 
 
 # --- dashboards, alerts and the local Prometheus (rlobs.dashboards; imported lazily) ---
-dashboards_app = typer.Typer(add_completion=False, no_args_is_help=True,
+dashboards_app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=True,
                              help="Grafana dashboards, alert rules and promtool tests generated from the catalogue.")
 app.add_typer(dashboards_app, name="dashboards")
 
@@ -221,8 +284,7 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
                              runbook_base=runbook_base_url,
                              echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
     except PrometheusError as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise fail(exc, exitcodes.UNAVAILABLE) from None
     raise typer.Exit(code)
 
 
@@ -235,15 +297,14 @@ def import_cmd(source: str = typer.Argument(..., help="verl | openrlhf | trl | w
                framework: str = typer.Option(None, "--framework",
                                              help="verl | openrlhf | trl (default: the source, or detected from names)"),
                as_json: bool = typer.Option(False, "--json", help="print the import report as JSON")) -> None:
-    """Import another trainer's metric log into a run record (then: rlobs doctor OUT). Exit 2 when nothing
+    """Import another trainer's metric log into a run record (then: rlobs doctor OUT). Exit 65 when nothing
     could be imported; lines that could not be read are listed, never silently dropped."""
     from rlobs.importers import ImportFailed, import_run
 
     try:
         report = import_run(source, path, out, framework=framework)
     except ImportFailed as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise fail(exc, exitcodes.INPUT) from None
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
         return
@@ -272,8 +333,7 @@ def replay(run: Path = typer.Argument(..., help="run directory"),
     from rlobs.store.manifest import RunRecordError, read_manifest
 
     if importlib.util.find_spec("streamlit") is None:
-        err_console.print("[bold red]error:[/] streamlit is not installed: pip install 'rlobs[app]'")
-        raise typer.Exit(2)
+        raise fail("streamlit is not installed: pip install 'rlobs[app]'", exitcodes.UNAVAILABLE)
     runs = [r for r in (run, run2) if r is not None]
     root = (runs_root or paths.common_root(runs)).resolve()
     try:
@@ -281,8 +341,7 @@ def replay(run: Path = typer.Argument(..., help="run directory"),
         for r in confined:
             read_manifest(r)
     except (paths.PathOutsideRoot, RunRecordError) as exc:
-        err_console.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise fail(exc, exitcodes.INPUT) from None
     if port == 0:
         with socket.socket() as s:
             s.bind((address, 0))

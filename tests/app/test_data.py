@@ -102,13 +102,14 @@ def test_paths_are_confined_under_the_runs_root(runs_root, tmp_path):
 def test_replay_refuses_runs_outside_the_root_and_non_runs(runs_root, tmp_path):
     from typer.testing import CliRunner
 
+    from rlobs import exitcodes
     from rlobs.cli import app
 
     runner = CliRunner()
     res = runner.invoke(app, ["replay", str(runs_root / "healthy"), "--runs-root", str(tmp_path / "elsewhere")])
-    assert res.exit_code == 2 and "outside the runs root" in res.output
+    assert res.exit_code == exitcodes.INPUT and "outside the runs root" in res.output
     res = runner.invoke(app, ["replay", str(runs_root / "broken")])
-    assert res.exit_code == 2 and "manifest" in res.output.lower()
+    assert res.exit_code == exitcodes.INPUT and "manifest" in res.output.lower()
 
 
 def test_streamlit_is_an_optional_dependency_of_the_cli():

@@ -11,6 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 import rlobs
+from rlobs import exitcodes
 from rlobs.cli import app
 from rlobs.doctor import Evidence, Finding, Severity, diagnose, rank, registry
 from rlobs.doctor.model import RUNBOOKS_DIR
@@ -201,9 +202,11 @@ def test_cli_bad_input_is_a_clear_error(scenario_root, tmp_path):
     for args, needle in [(["--rule", "nope"], "unknown rule"), (["--threshold", "grader-slow.ratio=abc"], "RULE.NAME=NUMBER"),
                          (["--threshold", "grader-slow.nope=1"], "has no threshold")]:
         res = runner.invoke(app, ["doctor", path, *args])
-        assert res.exit_code == 2 and needle in res.output and "Traceback" not in res.output
+        assert res.exit_code == exitcodes.USAGE and needle in res.output and "Traceback" not in res.output
     res = runner.invoke(app, ["doctor", str(tmp_path / "missing")])
-    assert res.exit_code == 2 and "does not exist" in res.output
+    assert res.exit_code == exitcodes.INPUT and "does not exist" in res.output
+    res = runner.invoke(app, ["doctor", path, "--no-such-flag"])
+    assert res.exit_code == exitcodes.USAGE
 
 
 def test_cli_follow_reevaluates_a_run_being_written(tmp_path):
@@ -213,20 +216,12 @@ def test_cli_follow_reevaluates_a_run_being_written(tmp_path):
     rec.flush()
     proc = subprocess.Popen([sys.executable, "-m", "rlobs", "doctor", str(run), "--json", "--follow", "--interval", "0.3",
                              "--max-iterations", "40", "--rule", "grad-norm-nonfinite"], stdout=subprocess.PIPE, text=True)
-    first = []
-    for line in proc.stdout:  # wait for the first evaluation before the run goes bad
-        first.append(line)
-        if line.rstrip() == "}":
-            break
-    assert json.loads("".join(first))["findings"] == []
+    first = json.loads(proc.stdout.readline())  # JSON Lines: one report per line, the first before the run goes bad
+    assert first["findings"] == []
     rec.emit("train_step", step=1, grad_norm=float("nan"), nonfinite=True)
     rec.flush()
-    rest = []
-    for line in proc.stdout:  # the next report that differs shows the new finding
-        rest.append(line)
-        if line.rstrip() == "}":
-            break
+    changed = proc.stdout.readline()  # the next report that differs shows the new finding, on one line
     proc.kill()
     proc.wait(30)
     rec.close()
-    assert json.loads("".join(rest))["findings"][0]["rule"] == "grad-norm-nonfinite"
+    assert json.loads(changed)["findings"][0]["rule"] == "grad-norm-nonfinite"

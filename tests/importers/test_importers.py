@@ -12,6 +12,7 @@ import pytest
 from typer.testing import CliRunner
 
 import rlobs
+from rlobs import exitcodes
 from rlobs.cli import app
 from rlobs.importers import TABLES, ImportFailed, import_run
 from rlobs.importers.mapping import MetricTable
@@ -209,7 +210,7 @@ def test_unimportable_sources_fail_clearly_and_write_nothing(tmp_path, make, sou
         import_run(source, src, tmp_path / "run")
     assert not (tmp_path / "run").exists()
     res = CliRunner().invoke(app, ["import", source, str(src), "--out", str(tmp_path / "run")])
-    assert res.exit_code == 2 and message in res.stderr.replace("\n", " ")
+    assert res.exit_code == exitcodes.INPUT and message in res.stderr
 
 
 def test_refuses_to_write_into_an_existing_record_and_unknown_names(tmp_path):

@@ -7,6 +7,7 @@ import sys
 from typer.testing import CliRunner
 
 import rlobs
+from rlobs import exitcodes
 from rlobs.cli import app
 
 
@@ -37,5 +38,29 @@ def test_info_table_via_the_installed_entry_point(run_dir):
 
 def test_info_on_a_bad_path_is_a_clear_error_not_a_traceback(tmp_path):
     result = CliRunner().invoke(app, ["info", str(tmp_path / "missing")])
-    assert result.exit_code == 2
+    assert result.exit_code == exitcodes.INPUT
     assert "does not exist" in result.output and "Traceback" not in result.output
+
+
+def test_errors_are_one_unwrapped_line_when_stderr_is_not_a_terminal(tmp_path):
+    # a long path: rich would hard-wrap it at 80 columns; scripts grep the message on one line
+    missing = tmp_path / ("a-rather-long-directory-name-" * 4) / "missing-run"
+    out = subprocess.run([sys.executable, "-m", "rlobs", "info", str(missing)], capture_output=True, text=True,
+                         timeout=60, stdin=subprocess.DEVNULL)
+    assert out.returncode == exitcodes.INPUT
+    lines = out.stderr.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ") and str(missing) in lines[0], out.stderr
+    assert "\x1b[" not in out.stderr  # no styling codes in a pipe
+
+
+def test_version_and_distinct_exit_codes(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "rlobs", "--version"], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0 and out.stdout.strip() == f"rlobs {rlobs.__version__}"
+    bad_flag = subprocess.run([sys.executable, "-m", "rlobs", "info", "--frobnicate"], capture_output=True,
+                              text=True, timeout=60)
+    assert bad_flag.returncode == exitcodes.USAGE and "frobnicate" in bad_flag.stderr
+    missing_arg = CliRunner().invoke(app, ["info"])
+    assert missing_arg.exit_code == exitcodes.USAGE
+    # codes of the doctor's verdicts stay apart from the error codes
+    assert len({exitcodes.OK, exitcodes.WARNINGS, exitcodes.CRITICAL, exitcodes.USAGE, exitcodes.INPUT,
+                exitcodes.UNAVAILABLE}) == 6
