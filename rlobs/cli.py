@@ -25,7 +25,6 @@ from typer.core import TyperGroup
 
 from rlobs import exitcodes
 
-
 # click's UsageError as typer uses it (typer >= 0.25 vendors its own click; BadParameter is its public subclass)
 _UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 

@@ -4,15 +4,14 @@
 
 Trains ``separate_async`` on the tiny model with ``--prometheus`` (driver, trainer, generator and grader
 processes each serve /metrics and write their ``prometheus_sd`` target file into RUN_DIR). At the last
-step, while every process is still up, it prints one JSON line ``{"ready": true, "run_id": ...}`` and
-waits until its stdin closes (the test has finished querying Prometheus); then the run ends normally
-and the last line printed is the JSON summary (steps, telemetry drops).
+step, while every process is still up, it reports ``{"ready": true, "run_id": ...}`` on the test's status
+pipe (``tests.status_channel``; stdout is not a protocol) and waits until its stdin closes (the test has
+finished querying Prometheus); then the run ends normally and it reports the summary (steps, telemetry drops).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from pathlib import Path
@@ -20,6 +19,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+
+from tests.status_channel import report  # noqa: E402
 
 
 def main() -> int:
@@ -43,12 +44,11 @@ def main() -> int:
             return
         import rlobs
 
-        print(json.dumps({"ready": True, "run_id": rlobs.get_recorder().info.run_id, "step": out["step"]}), flush=True)
+        report({"ready": True, "run_id": rlobs.get_recorder().info.run_id, "step": out["step"]})
         sys.stdin.read()  # until the test closes our stdin
 
     summary = train(cfg, on_step=hold)
-    print(json.dumps({"steps": summary["steps"], "telemetry_dropped": summary["telemetry_dropped"],
-                      "ledger": summary["ledger"]}), flush=True)
+    report({"steps": summary["steps"], "telemetry_dropped": summary["telemetry_dropped"], "ledger": summary["ledger"]})
     import ray
 
     ray.shutdown()

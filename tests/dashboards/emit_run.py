@@ -33,9 +33,13 @@ import time
 from pathlib import Path
 from typing import Any
 
-import rlobs
-from rlobs.catalogue import METRICS, MetricSpec
-from rlobs.schema import KINDS
+if str(Path(__file__).resolve().parents[2]) not in sys.path:  # run as a script: the repo root, for tests.*
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+import rlobs  # noqa: E402
+from rlobs.catalogue import METRICS, MetricSpec  # noqa: E402
+from rlobs.schema import KINDS  # noqa: E402
+from tests.status_channel import report  # noqa: E402
 
 BOUNDARIES = ("dump", "staging", "transfer", "load", "cache_reset")
 INVALID_EVENTS_PER_STEP = 2
@@ -248,7 +252,7 @@ def main(argv: list[str] | None = None) -> int:
         run.step(step)
         if step == (args.onset + 2 if args.faults else 0):
             (args.run_dir / "synthetic_metrics.json").write_text(json.dumps(run.synthetic))
-            print(json.dumps({"ready": True, "urls": [r.metrics_url for r in run.recorders]}), flush=True)
+            report({"ready": True, "urls": [r.metrics_url for r in run.recorders]})
         step += 1
         time.sleep(args.period)
     stats = run.close()
@@ -257,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
                "dropped_total": sum(v["dropped_total"] for v in stats.values()),
                "dropped": {k: {f"{a}/{b}": n for (a, b), n in d.items()} for k, d in dropped.items()}}
     (args.run_dir / "emit_summary.json").write_text(json.dumps(summary, sort_keys=True))
-    print(json.dumps(summary), flush=True)
+    report(summary)
     return 0
 
 

@@ -30,6 +30,7 @@ from rlobs.dashboards import selectors as s
 from rlobs.dashboards.alerts import ALERT_IDS, rule, runbook_url
 from rlobs.dashboards.build import boards
 from rlobs.dashboards.observe import LocalPrometheus
+from tests.status_channel import StatusPipe
 
 from .conftest import need
 
@@ -52,6 +53,7 @@ class InstrumentedRuns:
     healthy_run: str
     expected_alerts: set[str]
     procs: list[subprocess.Popen] = field(default_factory=list)
+    status: list[StatusPipe] = field(default_factory=list)
     summaries: dict[str, dict] = field(default_factory=dict)
 
 
@@ -61,17 +63,21 @@ def drive_synthetic(base: Path) -> Iterator[InstrumentedRuns]:
                             expected_alerts=set(ALERT_IDS) - NOT_LIVE)
     for d, run_id, faults in ((runs.faulty_dir, runs.faulty_run, True), (runs.healthy_dir, runs.healthy_run, False)):
         cmd = [sys.executable, str(EMITTER), str(d), "--run-id", run_id, "--seconds", "150"]
-        runs.procs.append(subprocess.Popen(cmd + (["--faults"] if faults else []), stdout=subprocess.PIPE, text=True))
+        pipe = StatusPipe()
+        runs.procs.append(subprocess.Popen(cmd + (["--faults"] if faults else []), **pipe.popen_kwargs()))
+        pipe.started()
+        runs.status.append(pipe)
     try:
-        for p in runs.procs:
-            assert json.loads(p.stdout.readline())["ready"]
+        for pipe in runs.status:
+            assert (pipe.read(timeout=120) or {}).get("ready")
         yield runs
     finally:
         for p in runs.procs:
             p.terminate()
-        for p, run_id in zip(runs.procs, (runs.faulty_run, runs.healthy_run)):
-            out, _ = p.communicate(timeout=30)
-            runs.summaries[run_id] = json.loads(out.strip().splitlines()[-1])
+        for p, pipe, run_id in zip(runs.procs, runs.status, (runs.faulty_run, runs.healthy_run)):
+            runs.summaries[run_id] = pipe.read(timeout=30) or {}
+            p.wait(timeout=30)
+            pipe.close()
 
 
 def _panel_queries() -> list[tuple[str, str, str]]:

@@ -13,7 +13,6 @@ no-alert healthy run, with a synthetic emitter.)
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 import time
@@ -27,6 +26,7 @@ from rlobs.dashboards import selectors as s
 from rlobs.dashboards.alerts import RULES, rule, runbook_url
 from rlobs.dashboards.build import boards
 from rlobs.dashboards.observe import LocalPrometheus
+from tests.status_channel import StatusPipe
 
 from .conftest import REPO, need
 
@@ -62,12 +62,17 @@ def ref_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("dash-ref") / "faulty"
     run_dir.mkdir()
     with LocalPrometheus([run_dir], port=0) as prom:
-        proc = subprocess.Popen([sys.executable, str(DRIVER), str(run_dir), "--fault", FAULT, "--steps", "8",
-                                 "--onset", "2"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=REPO)
+        status = StatusPipe()
+        log = run_dir.parent / "driver.log"  # its stdout/stderr: for the reader of a failure, not a protocol
+        with open(log, "wb") as log_f:
+            proc = subprocess.Popen([sys.executable, str(DRIVER), str(run_dir), "--fault", FAULT, "--steps", "8",
+                                     "--onset", "2"], stdin=subprocess.PIPE, stdout=log_f, stderr=subprocess.STDOUT,
+                                    cwd=REPO, **status.popen_kwargs())
+        status.started()
         try:
-            line = proc.stdout.readline()
-            assert line, f"trainer_ref driver ended before its last step (exit {proc.wait()})"
-            ready = json.loads(line)
+            ready = status.read(timeout=900)  # a fresh machine builds the tiny model first
+            assert ready, f"trainer_ref driver ended before its last step (exit {proc.wait()}):\n" + \
+                log.read_text(errors="replace")[-3000:]
             run = ready["run_id"]
             deadline = time.monotonic() + WAIT_S
             while time.monotonic() < deadline:
@@ -77,10 +82,11 @@ def ref_run(tmp_path_factory):
             yield prom, run, run_dir
         finally:
             proc.stdin.close()  # the driver finishes its last step and shuts the run down
-            out = proc.stdout.read()
+            summary = status.read(timeout=300)
             proc.wait(timeout=300)
-    summary = json.loads(out.strip().splitlines()[-1])
-    assert summary["steps"] == 8 and summary["telemetry_dropped"] == 0, summary
+            status.close()
+    assert summary and summary["steps"] == 8 and summary["telemetry_dropped"] == 0, \
+        (summary, log.read_text(errors="replace")[-3000:])
 
 
 def test_every_process_of_the_trainer_is_scraped(ref_run):
