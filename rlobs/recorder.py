@@ -28,7 +28,17 @@ from collections import Counter, deque
 from contextlib import contextmanager
 from typing import Any, Callable, Iterator, Sequence
 
-from rlobs.events import EventBatch, FastGroup, InvalidEvents, RawEvent, WriterInfo, to_record_batch
+from opentelemetry import context as otel_context
+from opentelemetry import trace as otel_trace
+
+from rlobs.events import (
+    EventBatch,
+    FastGroup,
+    InvalidEvents,
+    RawEvent,
+    WriterInfo,
+    to_record_batch,
+)
 from rlobs.schema import KINDS
 
 log = logging.getLogger("rlobs.recorder")
@@ -77,6 +87,12 @@ class SpanHandle:
     @property
     def traceparent(self) -> str:
         return f"00-{self.trace_id:032x}-{self.span_id:016x}-01"
+
+
+def _otel_current() -> tuple[int, int] | None:
+    """(trace_id, span_id) of the caller's active OpenTelemetry span, if there is a valid one."""
+    ctx = otel_trace.get_current_span().get_span_context()
+    return (ctx.trace_id, ctx.span_id) if ctx.is_valid else None
 
 
 def parse_traceparent(value: str | tuple[int, int] | None) -> tuple[int, int] | None:
@@ -271,12 +287,21 @@ class Recorder:
 
     @contextmanager
     def span(self, name: str, *, parent: str | tuple[int, int] | None = None, **attributes: Any) -> Iterator[SpanHandle]:
-        """A span (step, weight sync, boundary, grader batch). Events emitted inside carry its ids."""
-        parent_ctx = parse_traceparent(parent) if parent is not None else _SPAN.get()
+        """A span (step, weight sync, boundary, grader batch). Events emitted inside carry its ids.
+
+        Its parent is ``parent`` (a W3C traceparent from another process) if given, else the active
+        OpenTelemetry span of the caller (so rlobs spans nest under an application's own tracing), else
+        the enclosing rlobs span. While it is open it is also the active OTel span (a non-recording
+        handle with its ids), so the caller's OTel spans opened inside nest under it.
+        """
+        parent_ctx = parse_traceparent(parent) if parent is not None else (_otel_current() or _SPAN.get())
         trace_id = parent_ctx[0] if parent_ctx else (random.getrandbits(128) or 1)
         span_id = random.getrandbits(64) or 1
         handle = SpanHandle(trace_id, span_id, dict(attributes))
         token = _SPAN.set((trace_id, span_id))
+        otel_token = otel_context.attach(otel_trace.set_span_in_context(otel_trace.NonRecordingSpan(
+            otel_trace.SpanContext(trace_id, span_id, is_remote=False,
+                                   trace_flags=otel_trace.TraceFlags(otel_trace.TraceFlags.SAMPLED)))))
         start = _time_ns()
         try:
             yield handle
@@ -284,6 +309,7 @@ class Recorder:
             handle.status = "error"
             raise
         finally:
+            otel_context.detach(otel_token)
             _SPAN.reset(token)
             try:
                 attrs = json.dumps(handle.attributes, default=str)
@@ -454,6 +480,10 @@ class Recorder:
             grace = min(deadline, time.monotonic() + 0.5 * (deadline - time.monotonic()))
             for w in self._workers:
                 w.wait_done(seq, grace)
+            for w in self._workers:  # sinks with their own export queue (OTLP) settle and count their losses
+                settle = getattr(w.sink, "settle", None)
+                if settle is not None:
+                    settle(max(deadline - time.monotonic(), 0.0))
             self._maybe_report(force=True)
             self._drain()
         except Exception as exc:
