@@ -296,6 +296,9 @@ METRICS: tuple[MetricSpec, ...] = (
        ("reason", "sink")),
     _m("rlobs_telemetry_events_total", "counter", "1", "Telemetry events accepted by the recorder.", ()),
     _m("rlobs_telemetry_queue_depth", "gauge", "1", "Events waiting in the recorder queue.", ()),
+    _m("rlobs_build_info", "gauge", "1", "Always 1; the rlobs version, record schema and Python of this process "
+       "in labels (join on run, component to see what each process runs).",
+       ("rlobs_version", "schema_version", "python_version")),
 )
 
 CATALOGUE: Mapping[str, MetricSpec] = {m.name: m for m in METRICS}

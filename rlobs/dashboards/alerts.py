@@ -15,7 +15,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from rlobs.dashboards.selectors import ALERT, GROUP, Scope, agg, histogram_mean, new_or_increase, rate, series
+from rlobs.dashboards.selectors import (
+    ALERT,
+    GROUP,
+    Scope,
+    agg,
+    histogram_mean,
+    new_or_increase,
+    rate,
+    series,
+)
 from rlobs.dashboards.yamlish import dump
 
 RUNBOOK_BASE_URL = "https://github.com/rlobs/rlobs/blob/main/runbooks/"
@@ -51,8 +60,7 @@ T = AlertThresholds()
 _W10 = ALERT.with_window("10m")
 
 # Default labels of a series in promtool cases (what a scrape through file_sd produces).
-CASE_LABELS = {"run": "r1", "component": "trainer", "job": "rlobs", "instance": "127.0.0.1:9101",
-               "rlobs_process": "trainer-r0-4242-beef"}
+CASE_LABELS = {"run": "r1", "component": "trainer", "job": "rlobs", "instance": "127.0.0.1:9101", "rank": "0"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,6 +98,12 @@ class AlertRule:
     @property
     def runbook_url(self) -> str:
         return runbook_url(self.id)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """Labels the rule adds to its alerts: ``severity``, and ``runbook`` (the runbook's id), which the
+        ``ALERTS`` series carries too, so a dashboard table of active alerts can link each one's page."""
+        return {"severity": self.severity, "runbook": self.id}
 
     def annotations(self, base: str | None = None) -> dict[str, str]:
         return {"summary": self.summary, "description": self.description, "runbook_url": runbook_url(self.id, base)}
@@ -292,7 +306,7 @@ def rule(alert_id: str) -> AlertRule:
 
 def rules_document(base: str | None = None) -> dict[str, object]:
     return {"groups": [{"name": RULE_GROUP, "rules": [
-        {"alert": r.name, "expr": r.expr, "for": r.for_, "labels": {"severity": r.severity},
+        {"alert": r.name, "expr": r.expr, "for": r.for_, "labels": r.labels,
          "annotations": r.annotations(base)} for r in RULES]}]}
 
 
@@ -315,7 +329,7 @@ def _case_test(r: AlertRule, runbook_base: str | None = None) -> dict[str, objec
         labels = {**base, **extra}
         sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
         input_series.append({"series": f"{name}{{{sel}}}", "values": values})
-    alert_labels = {"severity": r.severity, "run": base["run"], "component": base["component"], **c.labels}
+    alert_labels = {**r.labels, "run": base["run"], "component": base["component"], **c.labels}
     annotations = {k: _render(v, alert_labels, c.value_text) for k, v in r.annotations(runbook_base).items()}
     return {
         "name": f"{r.name}: not yet at {c.not_yet_min}m, firing at {c.firing_min}m",

@@ -60,7 +60,7 @@ def policy_health() -> Board:
            q(s.gauge("rlobs_advantage_denominator_p50", D, "min"), "median")),
         ts("Token denominator per rank", m.NUMBER,
            "Global token count each data-parallel rank divides the loss by; the lines must coincide.",
-           q(s.gauge("rlobs_advantage_token_denominator", D, "max", ("rlobs_process",)), "{{rlobs_process}}")),
+           q(s.gauge("rlobs_advantage_token_denominator", D, "max", ("run", "rank")), "{{run}} rank {{rank}}")),
         _cumulative("Denominator faults (cumulative)", "NaN/zero denominators and rank disagreements.",
                     "rlobs_advantage_nonfinite_denominators_total", "rlobs_advantage_rank_disagreements_total"),
     ))

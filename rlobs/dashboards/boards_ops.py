@@ -25,10 +25,11 @@ def _p(quant: float, hist: str, by: tuple[str, ...] = (), **labels: s.Matcher) -
 def overview() -> Board:
     findings = Row("Findings and run progress", (
         m.Panel("Active alerts (current findings)", "table", m.COUNT,
-                (q(s.agg("sum", s.alerts_series(D), ("alertname", "alertstate", "severity", "component")),
+                (q(s.agg("sum", s.alerts_series(D), ("alertname", "alertstate", "severity", "component", "runbook")),
                    format="table", instant=True),),
-                "Alerts pending or firing for the selected runs; each links a runbook. Run `rlobs doctor RUN` "
-                "for the full ranked diagnosis.", width=12, height=6),
+                "Alerts pending or firing for the selected runs; click the runbook cell for its page. Run "
+                "`rlobs doctor RUN` for the full ranked diagnosis.", width=12, height=6,
+                links=(("runbook", "{runbook_base}${__value.raw}.md"),)),
         stat("Optimiser steps", m.COUNT, "Optimiser steps taken in the selected runs.",
              q(s.gauge("rlobs_train_steps_total", D, "sum"))),
         stat("Steps per second", m.STEPS_PER_SECOND, "Trainer progress rate.",

@@ -65,7 +65,7 @@ def generated_files(runbook_base: str | None = None) -> dict[str, str]:
     from rlobs.dashboards.render import render_board
 
     all_boards = boards()
-    files = {f"{b.slug}.json": render_board(b, all_boards) for b in all_boards}
+    files = {f"{b.slug}.json": render_board(b, all_boards, runbook_base) for b in all_boards}
     files[RULES_FILE] = alerts.rules_yaml(runbook_base)
     files[RULES_TEST_FILE] = alerts.promtool_tests_yaml(RULES_FILE, runbook_base)
     files.update(provisioning_files())

@@ -82,6 +82,9 @@ class Panel:
     min: float | None = None
     max: float | None = None
     points: bool = False  # draw points only (event markers)
+    # (field name, URL template): a data link on that column of a table; "{runbook_base}" in the template is
+    # the build's runbook base URL, Grafana fills ${__value.raw} with the cell
+    links: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in PANEL_KINDS:

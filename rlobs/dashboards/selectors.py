@@ -21,8 +21,8 @@ from typing import Iterable, Mapping
 from rlobs.catalogue import CATALOGUE, IMPLICIT_LABELS, MetricSpec
 
 # Labels an rlobs series carries besides the catalogue's: the implicit ones, what Prometheus adds
-# at scrape time (job, instance) and what the file_sd target file adds (rlobs_process).
-SCRAPE_LABELS = ("job", "instance", "rlobs_process")
+# at scrape time (job, instance) and what the file_sd target file adds (rank).
+SCRAPE_LABELS = ("job", "instance", "rank")
 # Prometheus' own series a query may name besides catalogue metrics.
 BUILTIN_SERIES = frozenset({"ALERTS", "ALERTS_FOR_STATE", "up"})
 GROUP = ("run", "component")  # what alerts aggregate by

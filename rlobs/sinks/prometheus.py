@@ -21,7 +21,13 @@ import socket
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, disable_created_metrics, start_http_server
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    start_http_server,
+)
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
@@ -31,8 +37,19 @@ from rlobs.store.manifest import PROMETHEUS_SD_DIR, write_json_atomic
 
 log = logging.getLogger("rlobs.prometheus")
 
-# `*_created` series double the series count and no rlobs query uses them.
-disable_created_metrics()
+
+
+class _Registry(CollectorRegistry):
+    """rlobs' private registry, without ``*_created`` samples: they double the series count and no rlobs
+    query uses them. Filtered here, per registry, at scrape time: prometheus_client's
+    ``disable_created_metrics()`` is process-global and would change the application's and vLLM's
+    metrics too."""
+
+    def collect(self) -> Iterable[Any]:
+        for family in super().collect():
+            if family.type in ("counter", "histogram", "gaugehistogram", "summary"):
+                family.samples = [x for x in family.samples if not x.name.endswith("_created")]
+            yield family
 
 _ENVELOPE_INDEX = {"ts_ns": 1, "mono_ns": 2, "step": 3, "policy_version": 4}
 # Label values come from event fields; a buggy caller putting ids there must not explode the series count.
@@ -109,6 +126,18 @@ class _Route:
             child.observe(value)
 
 
+def _build_labels() -> tuple[str, str, str]:
+    import platform
+
+    from rlobs import __version__
+    from rlobs.schema import SCHEMA_VERSION
+
+    return __version__, str(SCHEMA_VERSION), platform.python_version()
+
+
+_BUILD_LABELS = _build_labels()
+
+
 class _RecorderStatsCollector(Collector):
     """Exposes the recorder's own health, read at scrape time."""
 
@@ -133,6 +162,10 @@ class _RecorderStatsCollector(Collector):
         g = GaugeMetricFamily(qd.name, qd.help, labels=IMPLICIT_LABELS)
         g.add_metric([run, comp], s.get("queue_depth", 0))
         yield g
+        bi = CATALOGUE["rlobs_build_info"]
+        b = GaugeMetricFamily(bi.name, bi.help, labels=IMPLICIT_LABELS + bi.labels)
+        b.add_metric([run, comp, *_BUILD_LABELS], 1)
+        yield b
 
 
 class PrometheusSink:
@@ -142,7 +175,7 @@ class PrometheusSink:
                  addr: str | None = None, serve: bool = True,
                  stats: Callable[[], dict[str, Any]] | None = None):
         self.info = info
-        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry = _Registry(auto_describe=False)
         base = (info.run_id, info.component)
         self._base = base
         self._metrics: dict[str, Any] = {}
@@ -183,7 +216,8 @@ class PrometheusSink:
             self._sd_file = sd_dir / f"{self.info.process}.json"
             write_json_atomic(self._sd_file, [{
                 "targets": [self.target],
-                "labels": {"rlobs_process": self.info.process},
+                # no pid or process name here: a restarted process keeps its series (only instance changes)
+                "labels": {"rank": str(self.info.rank)},
             }])
 
     def child(self, name: str, **labels: str) -> Any:

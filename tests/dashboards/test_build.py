@@ -140,3 +140,14 @@ def test_import_rlobs_does_not_import_the_grafana_sdk():
 def test_overview_panels_json_is_sorted_and_indented():
     text = (DASHBOARDS / "overview.json").read_text()
     assert text == json.dumps(json.loads(text), sort_keys=True, indent=2) + "\n"
+
+
+def test_active_alerts_table_links_the_runbook_column_with_the_builds_base_url():
+    for base, expected in ((None, "https://github.com/rlobs/rlobs/blob/main/runbooks/${__value.raw}.md"),
+                           ("https://wiki.example/rb", "https://wiki.example/rb/${__value.raw}.md")):
+        board = json.loads(generated_files(base)["overview.json"])
+        panel = next(p for p in board["panels"] if p.get("title", "").startswith("Active alerts"))
+        (override,) = panel["fieldConfig"]["overrides"]
+        assert override["matcher"] == {"id": "byName", "options": "runbook"}
+        assert override["properties"][0]["value"][0]["url"] == expected
+        assert "runbook" in panel["targets"][0]["expr"]

@@ -32,7 +32,7 @@ from rlobs.dashboards.build import boards
 from rlobs.dashboards.observe import LocalPrometheus
 from tests.status_channel import StatusPipe
 
-from .conftest import need
+from .conftest import REPO, need
 
 pytestmark = pytest.mark.slow
 
@@ -162,6 +162,22 @@ def test_the_alert_matching_each_injected_fault_is_pending_or_firing(live):
         assert al["annotations"]["runbook_url"] == runbook_url(alert_id)
         assert al["labels"]["severity"] == rule(alert_id).severity
         assert runs.faulty_run in al["annotations"]["summary"] + al["annotations"]["description"]
+
+
+def test_active_alerts_table_links_each_alerts_runbook(live):
+    prom, runs = live
+    overview = next(b for b in boards() if b.slug == "overview")
+    panel = next(p for p in overview.panels() if p.title.startswith("Active alerts"))
+    rows = prom.query(s.substitute(panel.queries[0].expr, {**PANEL_VARS, "run": runs.faulty_run}))
+    assert rows
+    (field_name, template), = panel.links
+    for row in rows:
+        labels = row["metric"]
+        link = template.replace("{runbook_base}", runbook_url("")[: -len(".md")]).replace("${__value.raw}",
+                                                                                        labels[field_name])
+        assert rule(labels["runbook"]).name == labels["alertname"]
+        assert link == runbook_url(labels["runbook"])
+        assert (REPO / "runbooks" / f"{labels['runbook']}.md").is_file()
 
 
 def test_the_healthy_run_raises_no_alert(live):

@@ -16,7 +16,14 @@ from rlobs.dashboards.alerts import RULES
 from rlobs.dashboards.build import boards
 
 from .conftest import RUNBOOKS
-from .runbook_text import PANEL_REF, SECTIONS, promql_exprs, runbook_pages, sections, sql_queries
+from .runbook_text import (
+    PANEL_REF,
+    SECTIONS,
+    promql_exprs,
+    runbook_pages,
+    sections,
+    sql_queries,
+)
 
 # Doctor rules (issue 5) without an alert of their own; alert ids double as doctor rule ids.
 DOCTOR_ONLY = {"staleness-jump-after-resume", "weight-sync-incomplete-dump", "weight-sync-torn-read", "grader-slow",

@@ -50,6 +50,30 @@ def test_metrics_served_on_loopback_with_file_sd_target(prom_rec, run_dir):
     assert not sd_file.exists()  # a cleanly closed process is no longer a target
 
 
+def test_target_labels_carry_the_rank_and_no_pid(prom_rec, run_dir):
+    (sd_file,) = (run_dir / "prometheus_sd").glob("*.json")
+    labels = json.loads(sd_file.read_text())[0]["labels"]
+    assert labels == {"rank": "0"}  # a restarted process (new pid) keeps its series identity
+    assert str(prom_rec.info.process) not in sd_file.read_text()
+
+
+def test_build_info_and_no_created_series_in_our_registry_only(prom_rec):
+    import platform
+
+    import prometheus_client
+
+    text = _scrape(prom_rec.metrics_url)
+    info = [k for k in _samples(text) if k[0] == "rlobs_build_info"]
+    assert len(info) == 1 and _samples(text)[info[0]] == 1.0
+    assert {f'rlobs_version="{rlobs.__version__}"', f'schema_version="{rlobs.SCHEMA_VERSION}"',
+            f'python_version="{platform.python_version()}"', 'component="grader"', 'run="run-1"'} <= info[0][1]
+    assert "_created" not in text
+    # the application's (or vLLM's) metrics in a registry of their own keep their _created series
+    foreign = prometheus_client.CollectorRegistry()
+    prometheus_client.Counter("app_requests_total", "requests", registry=foreign).inc()
+    assert "app_requests_created" in prometheus_client.generate_latest(foreign).decode()
+
+
 def test_events_become_catalogue_metrics_with_exact_values(prom_rec):
     rec = prom_rec
     for lat, outcome in [(0.2, "ok"), (0.4, "ok"), (7.0, "timeout")]:

@@ -13,7 +13,12 @@ import pytest
 
 from rlobs.events import WriterInfo
 from rlobs.schema import arrow_schema
-from rlobs.store import RunRecordError, UnsupportedSchemaVersion, ensure_manifest, open_run
+from rlobs.store import (
+    RunRecordError,
+    UnsupportedSchemaVersion,
+    ensure_manifest,
+    open_run,
+)
 from rlobs.store.segments import SegmentWriter
 
 HERE = Path(__file__).parent
