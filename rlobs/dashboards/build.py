@@ -17,8 +17,7 @@ from typing import Callable
 from rlobs.dashboards import alerts
 from rlobs.dashboards.boards_model import explorer, graders, policy_health
 from rlobs.dashboards.boards_ops import overview, staleness_throughput, weight_sync
-from rlobs.dashboards.model import Board
-from rlobs.dashboards.yamlish import dump
+from rlobs.dashboards.model import Board, to_yaml
 
 BOARD_FACTORIES: tuple[Callable[[], Board], ...] = (
     overview, weight_sync, staleness_throughput, policy_health, graders, explorer)
@@ -56,8 +55,8 @@ def provisioning_files() -> dict[str, str]:
         "name": "rlobs", "folder": "rlobs", "type": "file", "disableDeletion": False,
         "updateIntervalSeconds": 30, "allowUiUpdates": False,
         "options": {"path": GRAFANA_DASHBOARDS_PATH, "foldersFromFilesStructure": False}}]}
-    return {f"{PROVISIONING_DIR}/datasources/rlobs-prometheus.yaml": note + dump(datasource),
-            f"{PROVISIONING_DIR}/dashboards/rlobs.yaml": note + dump(provider)}
+    return {f"{PROVISIONING_DIR}/datasources/rlobs-prometheus.yaml": note + to_yaml(datasource),
+            f"{PROVISIONING_DIR}/dashboards/rlobs.yaml": note + to_yaml(provider)}
 
 
 def generated_files(runbook_base: str | None = None) -> dict[str, str]:

@@ -12,6 +12,7 @@ below.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from rlobs.catalogue import CATALOGUE
 
@@ -155,3 +156,11 @@ GREEN_AT_ZERO = (Threshold(None, "green"), Threshold(1, "red"))
 
 def traffic_light(warn: float, crit: float) -> tuple[Threshold, ...]:
     return (Threshold(None, "green"), Threshold(warn, "orange"), Threshold(crit, "red"))
+
+
+def to_yaml(doc: Any) -> str:
+    """YAML text of generated files (alert rules, promtool tests, provisioning, Prometheus config), with
+    PyYAML: key order kept, block style, long PromQL and templates never folded, so diffs stay stable."""
+    import yaml
+
+    return yaml.safe_dump(doc, sort_keys=False, default_flow_style=False, allow_unicode=True, width=1 << 20)
