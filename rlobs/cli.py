@@ -162,11 +162,16 @@ def doctor(run: Path = typer.Argument(None, help="run directory"),
            follow: bool = typer.Option(False, "--follow", help="re-evaluate a run that is still being written"),
            interval: float = typer.Option(5.0, "--interval", help="seconds between --follow evaluations"),
            max_iterations: int = typer.Option(0, "--max-iterations", help="stop --follow after N evaluations (0: until the run ends)"),
-           verbose: bool = typer.Option(False, "--verbose", "-v", help="also list rules with insufficient data")) -> None:
+           verbose: bool = typer.Option(False, "--verbose", "-v", help="also list rules with insufficient data"),
+           runbook_base_url: str = typer.Option(None, "--runbook-base-url", envvar="RLOBS_RUNBOOK_BASE_URL",
+                                                help="link runbooks at <URL>/<rule>.md (default: the installed "
+                                                     "pages on this machine)")) -> None:
     """Diagnose a run: ranked findings with evidence, root cause and runbook. Exit 0 healthy, 1 warnings, 2 critical."""
     from rlobs.doctor import diagnose, parse_thresholds, registry
     from rlobs.doctor.render import print_report, rules_table, to_json, to_markdown
+    from rlobs.runbooks import configure as configure_runbooks
 
+    configure_runbooks(runbook_base_url)
     rules = registry()
     if list_rules:
         if as_json:
@@ -243,6 +248,7 @@ app.add_typer(dashboards_app, name="dashboards")
 def dashboards_build(out: Path = typer.Option(None, "--out", help="output folder (default: the checkout's dashboards/)"),
                      check: bool = typer.Option(False, "--check", help="compare instead of writing; exit 1 on a difference"),
                      runbook_base_url: str = typer.Option(None, "--runbook-base-url",
+                                                          envvar="RLOBS_RUNBOOK_BASE_URL",
                                                           help="where your team serves runbooks/*.md (alerts' runbook_url = "
                                                                "this + <id>.md; default: rlobs' own runbooks)")
                      ) -> None:
@@ -272,7 +278,7 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
             port: int = typer.Option(9090, "--port", help="Prometheus port on 127.0.0.1 (0: a free one)"),
             scrape_interval: str = typer.Option("2s", "--scrape-interval", help="scrape and rule-evaluation interval"),
             rules: Path = typer.Option(None, "--rules", help="alert rules file (default: the generated rules)"),
-            runbook_base_url: str = typer.Option(None, "--runbook-base-url",
+            runbook_base_url: str = typer.Option(None, "--runbook-base-url", envvar="RLOBS_RUNBOOK_BASE_URL",
                                                  help="base of the generated rules' runbook_url (see dashboards build)")
             ) -> None:
     """Run Debian's Prometheus on 127.0.0.1 over the run(s), with the rlobs alert rules; Ctrl-C stops it."""

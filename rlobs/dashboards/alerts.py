@@ -26,20 +26,19 @@ from rlobs.dashboards.selectors import (
     rate,
     series,
 )
+from rlobs.runbooks import PUBLISHED_BASE
+from rlobs.runbooks import runbook_url as _runbook_url
 
-RUNBOOK_BASE_URL = "https://github.com/rlobs/rlobs/blob/main/runbooks/"
+RUNBOOK_BASE_URL = PUBLISHED_BASE
 RULE_GROUP = "rlobs"
 SEVERITIES = ("critical", "warning", "info")
 
 
 def runbook_url(runbook_id: str, base: str | None = None) -> str:
-    """The one pattern every alert's (and doctor finding's) runbook link follows. ``base``: where a team
-    serves the runbooks/ pages (its fork, wiki or docs site; default ``RUNBOOK_BASE_URL``), set with
-    ``rlobs dashboards build --runbook-base-url`` / ``rlobs observe --runbook-base-url``."""
-    base = RUNBOOK_BASE_URL if base is None else base
-    if not base.endswith("/"):
-        base += "/"
-    return f"{base}{runbook_id}.md"
+    """The one pattern every alert's (and doctor finding's) runbook link follows: ``<base>/<id>.md``, with
+    the base from ``--runbook-base-url`` or ``RLOBS_RUNBOOK_BASE_URL`` (see ``rlobs.runbooks``), else
+    rlobs' published pages."""
+    return _runbook_url(runbook_id, base)
 
 
 @dataclass(frozen=True, slots=True)

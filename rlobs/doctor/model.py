@@ -9,14 +9,14 @@ from __future__ import annotations
 
 import enum
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping
+
+from rlobs.runbooks import data_dir, runbook_link
 
 if TYPE_CHECKING:
     from rlobs.doctor.context import RunContext
 
-RUNBOOKS_DIR = Path(__file__).resolve().parents[2] / "runbooks"
-RUNBOOK_URL = "runbooks/{id}.md"
+RUNBOOKS_DIR = data_dir("runbooks")  # the installed pages (package data), see rlobs.runbooks
 
 
 class Severity(enum.IntEnum):
@@ -56,7 +56,8 @@ class Finding:
 
     @property
     def runbook(self) -> str:
-        return RUNBOOK_URL.format(id=self.rule)
+        """The runbook link: the configured base URL's page, else the installed page (rlobs.runbooks)."""
+        return runbook_link(self.rule)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -89,7 +90,7 @@ class Rule:
 
     @property
     def runbook(self) -> str:
-        return RUNBOOK_URL.format(id=self.id)
+        return runbook_link(self.id)
 
 
 _REGISTRY: dict[str, Rule] = {}

@@ -179,7 +179,12 @@ def test_cli_json_is_deterministic_and_exit_codes_follow_severity(scenario_root)
     assert a.exit_code == 2 and a.output == b.output
     data = json.loads(a.output)
     assert data["findings"][0]["rule"] == "grad-norm-nonfinite"
-    assert data["findings"][0]["runbook"] == "runbooks/grad-norm-nonfinite.md"
+    runbook = Path(data["findings"][0]["runbook"])  # the installed page on this machine: it exists
+    assert runbook.name == "grad-norm-nonfinite.md" and runbook.is_file()
+    team = runner.invoke(app, ["doctor", path, "--json"], env={"RLOBS_RUNBOOK_BASE_URL": "https://wiki.example/rb"})
+    assert json.loads(team.output)["findings"][0]["runbook"] == "https://wiki.example/rb/grad-norm-nonfinite.md"
+    flag = runner.invoke(app, ["doctor", path, "--json", "--runbook-base-url", "https://docs.example/runbooks/"])
+    assert json.loads(flag.output)["findings"][0]["runbook"] == "https://docs.example/runbooks/grad-norm-nonfinite.md"
     healthy = runner.invoke(app, ["doctor", str(scenario(scenario_root, "healthy", 0)), "--json"])
     assert healthy.exit_code == 0
     warn = runner.invoke(app, ["doctor", str(scenario(scenario_root, "slow_transfer")), "--json"])

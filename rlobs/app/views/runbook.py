@@ -1,4 +1,5 @@
-"""Runbook: the page of one doctor rule (``?rule=<id>``), read from ``runbooks/<id>.md``."""
+"""Runbook: the page of one doctor rule (``?rule=<id>``), read from the installed ``runbooks/<id>.md``
+(package data, ``rlobs.runbooks.runbook_path``), so it renders from a wheel as from a checkout."""
 
 from __future__ import annotations
 
@@ -10,12 +11,12 @@ from rlobs.app.data import RunData
 
 def render(run: RunData) -> None:
     from rlobs.doctor import registry
-    from rlobs.doctor.model import RUNBOOKS_DIR
+    from rlobs.runbooks import runbook_path
 
     rules = registry()
     rule = st.query_params.get("rule") or st.session_state.get("runbook_rule")
     rule = st.selectbox("Rule", list(rules), index=list(rules).index(rule) if rule in rules else 0, key="runbook_rule")
-    path = RUNBOOKS_DIR / f"{rules[rule].runbook.rsplit('/', 1)[-1]}"
+    path = runbook_path(rules[rule].id)
     st.caption(f"`runbooks/{path.name}`")
     try:
         st.markdown(path.read_text(encoding="utf-8"))

@@ -77,7 +77,7 @@ def render(run: RunData) -> None:
             with left:
                 st.page_link(page, label=label, icon=":material/query_stats:", query_params=params)
             with right:
-                st.page_link(VIEWS / "runbook.py", label=f"Runbook: {f.runbook}", icon=":material/menu_book:",
+                st.page_link(VIEWS / "runbook.py", label=f"Runbook: runbooks/{f.rule}.md", icon=":material/menu_book:",
                              query_params={"rule": f.rule})
             if f.remediation:
                 with st.expander("Remediation"):
