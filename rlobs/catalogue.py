@@ -57,6 +57,7 @@ class Source:
     labels: Mapping[str, str] = dc_field(default_factory=dict)  # metric label -> event field
     where: Mapping[str, Any] = dc_field(default_factory=dict)  # event field -> required value
     scale: float = 1.0  # value multiplier (e.g. 1e-9 for ns -> s)
+    finite_only: bool = False  # "set": keep the last finite value (a NaN means "no tokens", not a reading)
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,6 +178,9 @@ METRICS: tuple[MetricSpec, ...] = (
        ("phase",), S("phase", "sum", "tokens", labels={"phase": "phase"})),
     # --- training ---
     _m("rlobs_train_steps_total", "counter", "1", "Optimiser steps taken.", (), S("train_step", "count")),
+    _m("rlobs_train_step_last_timestamp_seconds", "gauge", "timestamp_seconds",
+       "Wall time of the last optimiser step (the no-progress alert compares it with now).",
+       (), S("train_step", "set", "ts_ns", scale=1e-9)),
     _m("rlobs_train_step_seconds", "histogram", "seconds", "Wall time of one optimiser step.",
        (), S("train_step", "observe", "step_seconds")),
     _m("rlobs_train_tokens_total", "counter", "tokens", "Loss tokens trained on.", (), S("train_step", "sum", "tokens")),
@@ -259,11 +263,11 @@ METRICS: tuple[MetricSpec, ...] = (
        ("grader_kind",), S("grader_inflight", "set", "oldest_age_s", labels={"grader_kind": "grader_kind"})),
     # --- parity ---
     _m("rlobs_parity_abs_logprob_diff_mean", "gauge", "1", "Mean |logp_train - logp_gen| of the last batch.",
-       (), S("parity", "set", "mean_abs_dlogp")),
+       (), S("parity", "set", "mean_abs_dlogp", finite_only=True)),
     _m("rlobs_parity_abs_logprob_diff_max", "gauge", "1", "Max |logp_train - logp_gen| of the last batch.",
-       (), S("parity", "set", "max_abs_dlogp")),
+       (), S("parity", "set", "max_abs_dlogp", finite_only=True)),
     _m("rlobs_parity_kl_k3", "gauge", "1", "k3 KL estimate between generator and trainer, last batch.",
-       (), S("parity", "set", "kl_k3")),
+       (), S("parity", "set", "kl_k3", finite_only=True)),
     _m("rlobs_parity_config_mismatches_total", "counter", "1",
        "Batches whose tokenizer / template / sampling hashes differ between generator and trainer.",
        (), S("parity", "count", where={"hashes_match": False})),
@@ -288,7 +292,7 @@ METRICS: tuple[MetricSpec, ...] = (
        (), S("throughput", "sum", "sync_bubble_s")),
     _m("rlobs_parity_post_sync_abs_logprob_diff_mean", "gauge", "1",
        "Mean |logp_train - logp_gen| of the first batch after the last weight sync.",
-       (), S("parity", "set", "mean_abs_dlogp", where={"first_after_sync": True})),
+       (), S("parity", "set", "mean_abs_dlogp", finite_only=True, where={"first_after_sync": True})),
     _m("rlobs_advantage_denominator_p50", "gauge", "1", "Median per-group advantage denominator, last batch.",
        (), S("advantage", "set", "denom_p50")),
     # --- the recorder itself (direct; no event source) ---

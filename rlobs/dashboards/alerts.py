@@ -22,9 +22,11 @@ from rlobs.dashboards.selectors import (
     Scope,
     agg,
     histogram_mean,
+    metric_names,
     new_or_increase,
     rate,
     series,
+    up,
 )
 from rlobs.runbooks import PUBLISHED_BASE
 from rlobs.runbooks import runbook_url as _runbook_url
@@ -41,18 +43,41 @@ def runbook_url(runbook_id: str, base: str | None = None) -> str:
     return _runbook_url(runbook_id, base)
 
 
+def _doctor_thresholds(rule_id: str) -> Mapping[str, float]:
+    """A doctor rule's thresholds: the live alert of the same failure reads the same numbers."""
+    from rlobs.doctor import registry
+
+    return registry()[rule_id].thresholds
+
+
 @dataclass(frozen=True, slots=True)
 class AlertThresholds:
-    """Alert thresholds; the defaults come from the field notes in DESIGN.md."""
+    """Alert thresholds; the defaults come from the field notes in DESIGN.md, from the doctor's rule of the
+    same failure where there is one, and from healthy trainer_ref runs of every mode (no page)."""
 
     staleness_max_versions: int = 4  # set to the run's max_staleness bound
     sync_boundary_mean_seconds: float = 30.0  # mean duration of one sync boundary over 10 min
     advantage_abs_max: float = 10.0  # GRPO |advantage| is <= sqrt(G-1) (~4 at G=16) with a sane std
-    zero_std_groups_ratio: float = 0.5  # over half the groups carry no signal
+    # mean share over 10 min, the doctor's share: a max over the last batch flapped 21 times on a healthy run
+    zero_std_groups_ratio: float = 0.75
     grader_timeout_ratio: float = 0.05
-    trainer_data_wait_ratio: float = 0.5  # trainer waits for data over half its wall time
+    # the trainer waits over this share of its time AND this many times its own share of the previous hour:
+    # a generation-bound run (0.58 on CPU, healthy) is its own baseline, a starved one departs from it
+    trainer_data_wait_ratio: float = 0.7
+    trainer_data_wait_vs_baseline: float = 1.5
     parity_mean_abs_dlogp: float = 0.01  # < 0.005 healthy, > 0.01 a problem
     heartbeat_silence_seconds: float = 120.0
+    process_down_for: str = "30s"  # a target that stops answering scrapes this long
+    # no optimiser step for max(floor, multiple x the recent mean step interval)
+    no_progress_floor_seconds: float = 60.0
+    no_progress_step_multiple: float = 5.0
+    # grader p95 latency over 5 min vs its own p95 over the previous hour (the doctor's grader-slow numbers)
+    grader_slow_ratio: float = field(default_factory=lambda: float(_doctor_thresholds("grader-slow")["ratio"]))
+    grader_slow_min_seconds: float = field(
+        default_factory=lambda: float(_doctor_thresholds("grader-slow")["min_seconds"]))
+    # calls wait in the grader queue far longer than they run: the pool is saturated
+    grader_backlog_ratio: float = 3.0
+    grader_backlog_min_seconds: float = 5.0
 
 
 T = AlertThresholds()
@@ -72,6 +97,8 @@ class PromtoolCase:
     not_yet_min: int = 0  # eval time (minutes) where the alert must not be firing yet
     firing_min: int = 0  # eval time (minutes) where it must fire
     component: str = "trainer"
+    query_text: str = ""  # how a {{ with query ... }} block of the description renders at the firing time
+    up: bool = True  # feed `up == 1` for the case's target (gated rules stop once it goes stale)
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,14 +139,26 @@ def _gt(expr: str, threshold: float) -> str:
     return f"{expr} > {threshold:g}"
 
 
-def trainer_wait_share(scope: Scope, by: tuple[str, ...] = ()) -> str:
+def _rate(name: str, scope: Scope, offset: str = "") -> str:
+    """``rate`` over the scope's window, ``offset`` back in time (a baseline that excludes the present)."""
+    return rate(name, scope) if not offset else f"rate({series(name, scope)}[{scope.window}] offset {offset})"
+
+
+def running(expr: str, by: tuple[str, ...] = GROUP) -> str:
+    """``expr`` only while a process of its group is up. A process that ends cleanly removes its target
+    (rlobs.sinks.targets), so every alert gated here stops the moment a run finishes, even one whose
+    window (a rate, a max_over_time) still holds the run's last minutes."""
+    return f"({expr}) and on ({', '.join(by)}) ({agg('max', up(ALERT), by)} == 1)"
+
+
+def trainer_wait_share(scope: Scope, by: tuple[str, ...] = (), offset: str = "") -> str:
     """Share of trainer time spent waiting for batches: wait / (wait + optimiser step).
 
     A ratio of two rates over the same window, so it is right even for a series younger than the
     window (a bare ``rate`` would be diluted by the empty part of the window) and for many ranks.
     """
-    wait = agg("sum", rate("rlobs_trainer_data_wait_seconds_total", scope), by)
-    step = agg("sum", rate("rlobs_trainer_step_seconds_total", scope), by)
+    wait = agg("sum", _rate("rlobs_trainer_data_wait_seconds_total", scope, offset), by)
+    step = agg("sum", _rate("rlobs_trainer_step_seconds_total", scope, offset), by)
     return f"{wait} / ({wait} + {step})"
 
 
@@ -128,23 +167,81 @@ def _counter_alert(metric: str, by: tuple[str, ...] = GROUP, **labels: str | tup
 
 
 _BORN = "_x6 1x13"  # a counter series born at minute 6 (prometheus_client creates it on first event)
+_PROC = (*GROUP, "rank", "instance")  # one process (target)
+_HB = "rlobs_heartbeat_timestamp_seconds"
+_QUIETEST = ('{{ with query (printf "bottomk(1, max by (component, rank) (max_over_time(' + _HB +
+             '{run=\\"%s\\"}[15m])))" $labels.run) }}{{ . | first | label "component" }}{{ end }}')
+_LAST_PHASE = ('{{ with query (printf "topk(1, ' + _HB + '{run=\\"%s\\",component=\\"%s\\",rank=\\"%s\\"})" '
+               '$labels.run $labels.component $labels.rank) }}{{ . | first | label "phase" }}{{ end }}')
+
+
+def _grader_p95(histogram: str, window: str = "5m", offset: str = "") -> str:
+    inner = agg("sum", _rate(histogram + "_bucket", ALERT.with_window(window), offset), ("le", *GROUP, "grader_kind"))
+    return f"histogram_quantile(0.95, {inner})"
+
 
 RULES: tuple[AlertRule, ...] = (
+    AlertRule(
+        "process-down", "critical", f"{up(ALERT, run=('!=', ''))} == 0", T.process_down_for,
+        "{{ $labels.component }} rank {{ $labels.rank }} stopped answering ({{ $labels.run }})",
+        "The {{ $labels.component }} process (rank {{ $labels.rank }}, {{ $labels.instance }}) of run "
+        "{{ $labels.run }} has not answered a scrape for over " + T.process_down_for + ": it died (SIGKILL, OOM, "
+        "a lost node), is stopped (SIGSTOP, a debugger) or hangs. A process that ends cleanly removes its "
+        "target; a dead one's target is removed about 2 minutes after it last beat, so a restarted actor "
+        "clears this alert (the incident alert says it was restarted).",
+        PromtoolCase((("up", {}, "1x5 0x14"),), "0",
+                     labels={"rank": "0", "instance": "127.0.0.1:9101", "job": "rlobs"},
+                     not_yet_min=6, firing_min=7, component="grader", up=False)),
+    AlertRule(
+        "no-progress", "critical",
+        running(f"(time() - {agg('max', series('rlobs_train_step_last_timestamp_seconds', ALERT), GROUP)}) > "
+                f"clamp_min({T.no_progress_step_multiple:g} / "
+                f"{agg('max', rate('rlobs_train_steps_total', ALERT.with_window('15m')), GROUP)}, "
+                f"{T.no_progress_floor_seconds:g})"), "0m",
+        "No optimiser step for {{ $value | humanizeDuration }} ({{ $labels.run }})",
+        "{{ $labels.component }} of run {{ $labels.run }} is up but has taken no optimiser step for "
+        "{{ $value | humanizeDuration }}, over " + f"{T.no_progress_step_multiple:g}" + "x its recent step interval "
+        f"(at least {T.no_progress_floor_seconds:g} s). The process that went quiet first: " + _QUIETEST + ".",
+        PromtoolCase((("rlobs_train_step_last_timestamp_seconds", {}, "0+60x5 300x14"),
+                      ("rlobs_train_steps_total", {}, "0+60x5 300x14"),
+                      (_HB, {"phase": "train"}, "0+60x5 300x14"),
+                      (_HB, {"phase": "generate"}, "0+60x4 240x15")),
+                     "2m 0s", not_yet_min=5, firing_min=7, query_text="trainer")),
+    AlertRule(
+        "heartbeat-lost", "critical",
+        running(_gt(f"time() - {agg('max', f'max_over_time({series(_HB, ALERT)}[15m])', _PROC)}",
+                    T.heartbeat_silence_seconds), _PROC), "1m",
+        "{{ $labels.component }} rank {{ $labels.rank }} stopped sending heartbeats ({{ $labels.run }})",
+        "No heartbeat from {{ $labels.component }} rank {{ $labels.rank }} ({{ $labels.instance }}) of run "
+        "{{ $labels.run }} for {{ $value | humanizeDuration }}, although the process still answers scrapes: "
+        "its main loop is stuck in phase " + _LAST_PHASE + " or waits on another process.",
+        PromtoolCase(((_HB, {"phase": "train"}, "0+60x5"),), "4m 0s",
+                     labels={"rank": "0", "instance": "127.0.0.1:9101"}, not_yet_min=7, firing_min=9,
+                     query_text="train")),
+    AlertRule(
+        "incident-declared", "warning",
+        running(_counter_alert("rlobs_incidents_total", (*GROUP, "fault"))), "0m",
+        "Incident in run {{ $labels.run }}: {{ $labels.fault }}",
+        "{{ $labels.component }} of run {{ $labels.run }} declared {{ $value | humanize }} incident(s) "
+        "{{ $labels.fault }} in the last 10 minutes: an actor restarted after a death (actor_restart:*), a "
+        "resume from a checkpoint, or an injected fault. Check the restarted process and the ledger.",
+        PromtoolCase((("rlobs_incidents_total", {"fault": "actor_restart:grader"}, _BORN),), "1",
+                     labels={"fault": "actor_restart:grader"}, not_yet_min=5, firing_min=6, component="driver")),
     AlertRule(
         "staleness-over-bound", "warning",
         _gt(agg("max", series("rlobs_staleness_max_versions", ALERT), GROUP), T.staleness_max_versions), "2m",
         "Samples older than the staleness bound are being trained on ({{ $labels.run }})",
         "The last consumed batch of {{ $labels.component }} in run {{ $labels.run }} had samples "
-        f"{{{{ $value }}}} policy versions old (bound {T.staleness_max_versions}). Either the max-staleness "
-        "filter is off or the generator runs far ahead of the trainer.",
+        f"{{{{ $value | humanize }}}} policy versions old (bound {T.staleness_max_versions}). Either the "
+        "max-staleness filter is off or the generator runs far ahead of the trainer.",
         PromtoolCase((("rlobs_staleness_max_versions", {}, "1x5 12x14"),), "12", not_yet_min=7, firing_min=8)),
     AlertRule(
         "weight-sync-boundary-failed", "critical",
-        _counter_alert("rlobs_weight_sync_boundaries_total", (*GROUP, "boundary", "outcome"),
-                       outcome=("=~", "error|torn")),
+        running(_counter_alert("rlobs_weight_sync_boundaries_total", (*GROUP, "boundary", "outcome"),
+                               outcome=("=~", "error|torn"))),
         "0m",
         "Weight sync failed at the {{ $labels.boundary }} boundary ({{ $labels.run }})",
-        "{{ $value }} weight-sync span(s) at boundary {{ $labels.boundary }} ended with outcome "
+        "{{ $value | humanize }} weight-sync span(s) at boundary {{ $labels.boundary }} ended with outcome "
         "{{ $labels.outcome }} in the last 10 minutes ({{ $labels.component }}, run {{ $labels.run }}). "
         "The generator may serve a stale or partial policy.",
         PromtoolCase((("rlobs_weight_sync_boundaries_total", {"boundary": "staging", "outcome": "torn"}, _BORN),
@@ -153,26 +250,26 @@ RULES: tuple[AlertRule, ...] = (
                      component="generator")),
     AlertRule(
         "weight-sync-fingerprint-mismatch", "critical",
-        _counter_alert("rlobs_weight_sync_fingerprint_mismatches_total"), "0m",
+        running(_counter_alert("rlobs_weight_sync_fingerprint_mismatches_total")), "0m",
         "Generator loaded weights that differ from the trainer's ({{ $labels.run }})",
-        "{{ $value }} weight load(s) in {{ $labels.component }} produced fingerprints different from the "
-        "trainer's dump in the last 10 minutes (run {{ $labels.run }}): the generator samples from a "
+        "{{ $value | humanize }} weight load(s) in {{ $labels.component }} produced fingerprints different from "
+        "the trainer's dump in the last 10 minutes (run {{ $labels.run }}): the generator samples from a "
         "policy nobody trained.",
         PromtoolCase((("rlobs_weight_sync_fingerprint_mismatches_total", {}, _BORN),), "1",
                      not_yet_min=5, firing_min=6, component="generator")),
     AlertRule(
         "weight-sync-cache-not-reset", "critical",
-        _counter_alert("rlobs_weight_sync_cache_reset_unconfirmed_total"), "0m",
+        running(_counter_alert("rlobs_weight_sync_cache_reset_unconfirmed_total")), "0m",
         "KV/prefix cache not confirmed reset after a weight sync ({{ $labels.run }})",
-        "{{ $value }} sync(s) in {{ $labels.component }} (run {{ $labels.run }}) finished without the engine "
-        "confirming the KV/prefix-cache reset: cached keys/values from the old policy can leak into new "
+        "{{ $value | humanize }} sync(s) in {{ $labels.component }} (run {{ $labels.run }}) finished without the "
+        "engine confirming the KV/prefix-cache reset: cached keys/values from the old policy can leak into new "
         "rollouts.",
         PromtoolCase((("rlobs_weight_sync_cache_reset_unconfirmed_total", {}, _BORN),), "1",
                      not_yet_min=5, firing_min=6, component="generator")),
     AlertRule(
         "weight-sync-slow", "warning",
-        _gt(histogram_mean("rlobs_weight_sync_boundary_seconds", _W10, (*GROUP, "boundary")),
-            T.sync_boundary_mean_seconds), "5m",
+        running(_gt(histogram_mean("rlobs_weight_sync_boundary_seconds", _W10, (*GROUP, "boundary")),
+                    T.sync_boundary_mean_seconds)), "5m",
         "Weight sync boundary {{ $labels.boundary }} is slow ({{ $labels.run }})",
         "The {{ $labels.boundary }} boundary took {{ $value | humanizeDuration }} on average over 10 minutes "
         f"in {{{{ $labels.component }}}} (run {{{{ $labels.run }}}}), over {T.sync_boundary_mean_seconds:g} s. "
@@ -182,49 +279,51 @@ RULES: tuple[AlertRule, ...] = (
                      "45s", labels={"boundary": "transfer"}, not_yet_min=5, firing_min=6, component="generator")),
     AlertRule(
         "grad-norm-nonfinite", "critical",
-        _counter_alert("rlobs_grad_norm_nonfinite_total"), "0m",
+        running(_counter_alert("rlobs_grad_norm_nonfinite_total")), "0m",
         "NaN/Inf gradient norm ({{ $labels.run }})",
-        "{{ $value }} optimiser step(s) in {{ $labels.component }} (run {{ $labels.run }}) had a non-finite "
-        "gradient norm in the last 10 minutes. Check the advantage denominator before the model.",
+        "{{ $value | humanize }} optimiser step(s) in {{ $labels.component }} (run {{ $labels.run }}) had a "
+        "non-finite gradient norm in the last 10 minutes. Check the advantage denominator before the model.",
         PromtoolCase((("rlobs_grad_norm_nonfinite_total", {}, _BORN),), "1", not_yet_min=5, firing_min=6)),
     AlertRule(
         "grad-norm-spike", "warning",
-        _counter_alert("rlobs_grad_norm_spikes_total"), "0m",
+        running(_counter_alert("rlobs_grad_norm_spikes_total")), "0m",
         "Gradient-norm spike ({{ $labels.run }})",
-        "The grad-norm spike detector fired {{ $value }} time(s) in {{ $labels.component }} (run "
+        "The grad-norm spike detector fired {{ $value | humanize }} time(s) in {{ $labels.component }} (run "
         "{{ $labels.run }}) in the last 10 minutes. Check the advantage denominator before blaming the model.",
         PromtoolCase((("rlobs_grad_norm_spikes_total", {}, _BORN),), "1", not_yet_min=5, firing_min=6)),
     AlertRule(
         "advantage-denominator-collapse", "critical",
-        f"{_gt(agg('max', series('rlobs_advantage_abs_max', ALERT), GROUP), T.advantage_abs_max)} or "
-        f"{_counter_alert('rlobs_advantage_nonfinite_denominators_total')}", "1m",
+        running(f"{_gt(agg('max', series('rlobs_advantage_abs_max', ALERT), GROUP), T.advantage_abs_max)} or "
+                f"{_counter_alert('rlobs_advantage_nonfinite_denominators_total')}"), "1m",
         "Advantage denominator collapsed ({{ $labels.run }})",
-        "Max |advantage| (or the count of NaN/zero denominators) reached {{ $value }} in {{ $labels.component }} "
-        f"(run {{{{ $labels.run }}}}); healthy GRPO advantages stay under {T.advantage_abs_max:g}. Groups with a "
-        "near-zero reward std are amplifying their advantages.",
+        "Max |advantage| (or the count of NaN/zero denominators) reached {{ $value | humanize }} in "
+        f"{{{{ $labels.component }}}} (run {{{{ $labels.run }}}}); healthy GRPO advantages stay under "
+        f"{T.advantage_abs_max:g}. Groups with a near-zero reward std are amplifying their advantages.",
         PromtoolCase((("rlobs_advantage_abs_max", {}, "2x5 50x14"),), "50", not_yet_min=6, firing_min=7)),
     AlertRule(
         "advantage-rank-disagreement", "critical",
-        _counter_alert("rlobs_advantage_rank_disagreements_total"), "0m",
+        running(_counter_alert("rlobs_advantage_rank_disagreements_total")), "0m",
         "Data-parallel ranks disagree on the loss denominator ({{ $labels.run }})",
-        "{{ $value }} step(s) in {{ $labels.component }} (run {{ $labels.run }}) where data-parallel ranks "
-        "divided the loss by different token counts: gradients are mis-scaled per rank.",
+        "{{ $value | humanize }} step(s) in {{ $labels.component }} (run {{ $labels.run }}) where data-parallel "
+        "ranks divided the loss by different token counts: gradients are mis-scaled per rank.",
         PromtoolCase((("rlobs_advantage_rank_disagreements_total", {}, _BORN),), "1",
                      not_yet_min=5, firing_min=6)),
     AlertRule(
         "advantage-zero-std-groups", "warning",
-        _gt(agg("max", series("rlobs_advantage_zero_std_groups_ratio", ALERT), GROUP), T.zero_std_groups_ratio),
+        running(_gt(agg("max", f"avg_over_time({series('rlobs_advantage_zero_std_groups_ratio', ALERT)}[10m])",
+                        GROUP), T.zero_std_groups_ratio)),
         "5m",
         "Most GRPO groups carry no learning signal ({{ $labels.run }})",
-        "{{ $value | humanizePercentage }} of groups in the last batch of {{ $labels.component }} (run "
-        "{{ $labels.run }}) had identical rewards (std 0), so their advantages are zero.",
-        PromtoolCase((("rlobs_advantage_zero_std_groups_ratio", {}, "0.1x5 0.8x14"),), "80%",
-                     not_yet_min=10, firing_min=11)),
+        "On average {{ $value | humanizePercentage }} of the groups of {{ $labels.component }} (run "
+        "{{ $labels.run }}) had identical rewards (std 0) over 10 minutes, so their advantages are zero "
+        f"(alert at {T.zero_std_groups_ratio:.0%}).",
+        PromtoolCase((("rlobs_advantage_zero_std_groups_ratio", {}, "0.1x5 0.9x14"),), "90%",
+                     not_yet_min=10, firing_min=20)),
     AlertRule(
         "grader-timeouts", "warning",
-        _gt(f"{agg('sum', rate('rlobs_grader_calls_total', ALERT, outcome='timeout'), (*GROUP, 'grader_kind'))}"
-            f" / {agg('sum', rate('rlobs_grader_calls_total', ALERT), (*GROUP, 'grader_kind'))}",
-            T.grader_timeout_ratio), "2m",
+        running(_gt(f"{agg('sum', rate('rlobs_grader_calls_total', ALERT, outcome='timeout'), (*GROUP, 'grader_kind'))}"
+                    f" / {agg('sum', rate('rlobs_grader_calls_total', ALERT), (*GROUP, 'grader_kind'))}",
+                    T.grader_timeout_ratio)), "2m",
         "Grader {{ $labels.grader_kind }} is timing out ({{ $labels.run }})",
         "{{ $value | humanizePercentage }} of {{ $labels.grader_kind }} grader calls timed out over 5 minutes in "
         "{{ $labels.component }} (run {{ $labels.run }}). Timed-out samples are dropped or get no reward.",
@@ -232,21 +331,56 @@ RULES: tuple[AlertRule, ...] = (
                       ("rlobs_grader_calls_total", {"grader_kind": "code", "outcome": "timeout"}, "0+1x19")),
                      "10%", labels={"grader_kind": "code"}, not_yet_min=2, firing_min=3, component="grader")),
     AlertRule(
+        "grader-slow", "warning",
+        running(f"({_grader_p95('rlobs_grader_latency_seconds')} > {T.grader_slow_ratio:g} * "
+                f"{_grader_p95('rlobs_grader_latency_seconds', '1h', '5m')}) and "
+                f"{_grader_p95('rlobs_grader_latency_seconds')} > {T.grader_slow_min_seconds:g}"), "2m",
+        "Grader {{ $labels.grader_kind }} slowed down ({{ $labels.run }})",
+        "The p95 latency of {{ $labels.grader_kind }} grader calls in {{ $labels.component }} (run {{ $labels.run }}) "
+        "is {{ $value | humanizeDuration }} over 5 minutes, over " + f"{T.grader_slow_ratio:g}" + "x its p95 of "
+        "the hour before (the doctor's grader-slow rule uses the same ratio). Rewards arrive late and the "
+        "trainer waits for data.",
+        PromtoolCase((("rlobs_grader_latency_seconds_bucket", {"grader_kind": "code", "le": "0.1"}, "0+20x9 180x10"),
+                      ("rlobs_grader_latency_seconds_bucket", {"grader_kind": "code", "le": "1"}, "0+20x19"),
+                      ("rlobs_grader_latency_seconds_bucket", {"grader_kind": "code", "le": "+Inf"}, "0+20x19")),
+                     "943.8ms", labels={"grader_kind": "code"}, not_yet_min=10, firing_min=13, component="grader")),
+    AlertRule(
+        "grader-backlog", "warning",
+        running(f"({_grader_p95('rlobs_grader_queue_wait_seconds')} > {T.grader_backlog_ratio:g} * "
+                f"{_grader_p95('rlobs_grader_latency_seconds')}) and "
+                f"{_grader_p95('rlobs_grader_queue_wait_seconds')} > {T.grader_backlog_min_seconds:g}"), "1m",
+        "Grader {{ $labels.grader_kind }} calls queue far longer than they run ({{ $labels.run }})",
+        "{{ $labels.grader_kind }} grader calls in {{ $labels.component }} (run {{ $labels.run }}) waited "
+        "{{ $value | humanizeDuration }} (p95 over 5 minutes) in the queue, over " + f"{T.grader_backlog_ratio:g}"
+        + "x their own latency: the grader pool is saturated and the trainer waits for rewards.",
+        PromtoolCase((("rlobs_grader_queue_wait_seconds_bucket", {"grader_kind": "code", "le": "1"}, "0+20x4 80x15"),
+                      ("rlobs_grader_queue_wait_seconds_bucket", {"grader_kind": "code", "le": "30"}, "0+20x19"),
+                      ("rlobs_grader_queue_wait_seconds_bucket", {"grader_kind": "code", "le": "+Inf"}, "0+20x19"),
+                      ("rlobs_grader_latency_seconds_bucket", {"grader_kind": "code", "le": "2"}, "0+20x19"),
+                      ("rlobs_grader_latency_seconds_bucket", {"grader_kind": "code", "le": "+Inf"}, "0+20x19")),
+                     "27.58s", labels={"grader_kind": "code"}, not_yet_min=4, firing_min=7, component="grader")),
+    AlertRule(
         "grader-hung", "critical",
         _gt(agg("max", series("rlobs_grader_overdue_calls", ALERT), (*GROUP, "grader_kind")), 0), "2m",
         "Grader {{ $labels.grader_kind }} has calls stuck past their deadline ({{ $labels.run }})",
-        "{{ $value }} {{ $labels.grader_kind }} grader call(s) in {{ $labels.component }} (run {{ $labels.run }}) "
-        "are still in flight past their deadline. A hung grader looks like a deadlock elsewhere.",
+        "{{ $value | humanize }} {{ $labels.grader_kind }} grader call(s) in {{ $labels.component }} (run "
+        "{{ $labels.run }}) are still in flight past their deadline. A hung grader looks like a deadlock "
+        "elsewhere.",
         PromtoolCase((("rlobs_grader_overdue_calls", {"grader_kind": "judge"}, "0x5 3x14"),), "3",
                      labels={"grader_kind": "judge"}, not_yet_min=7, firing_min=8, component="grader")),
     AlertRule(
         "trainer-starved", "warning",
-        _gt(trainer_wait_share(ALERT, GROUP), T.trainer_data_wait_ratio), "5m",
+        running(f"({_gt(trainer_wait_share(ALERT, GROUP), T.trainer_data_wait_ratio)}) and "
+                f"({trainer_wait_share(ALERT, GROUP)} > {T.trainer_data_wait_vs_baseline:g} * "
+                f"{trainer_wait_share(ALERT.with_window('1h'), GROUP, offset='10m')})"), "5m",
         "Trainer is waiting for data ({{ $labels.run }})",
         "{{ $labels.component }} spent {{ $value | humanizePercentage }} of its time over the last 5 minutes "
-        "waiting for batches instead of stepping (run {{ $labels.run }}): the generator or graders cannot keep up.",
-        PromtoolCase((("rlobs_trainer_data_wait_seconds_total", {}, "0+48x19"),
-                      ("rlobs_trainer_step_seconds_total", {}, "0+12x19")), "80%", not_yet_min=5, firing_min=6)),
+        f"waiting for batches instead of stepping, over {T.trainer_data_wait_vs_baseline:g}x its share of the hour "
+        "before (run {{ $labels.run }}): generation, grading or weight sync cannot keep up any more. The "
+        "Graders and Weight sync boards say which.",
+        PromtoolCase((("rlobs_trainer_data_wait_seconds_total", {}, "0+20x14 280+48x15"),
+                      ("rlobs_trainer_step_seconds_total", {}, "0+40x14 560+12x15")), "80%",
+                     not_yet_min=16, firing_min=25)),
     AlertRule(
         "parity-drift", "warning",
         _gt(agg("max", series("rlobs_parity_abs_logprob_diff_mean", ALERT), GROUP), T.parity_mean_abs_dlogp),
@@ -259,36 +393,28 @@ RULES: tuple[AlertRule, ...] = (
                      not_yet_min=7, firing_min=8)),
     AlertRule(
         "parity-config-mismatch", "critical",
-        _counter_alert("rlobs_parity_config_mismatches_total"), "0m",
+        running(_counter_alert("rlobs_parity_config_mismatches_total")), "0m",
         "Tokenizer / chat template / sampling parameters differ between generator and trainer ({{ $labels.run }})",
-        "{{ $value }} batch(es) in {{ $labels.component }} (run {{ $labels.run }}) were generated with "
+        "{{ $value | humanize }} batch(es) in {{ $labels.component }} (run {{ $labels.run }}) were generated with "
         "tokenizer, chat-template or sampling hashes different from the trainer's.",
         PromtoolCase((("rlobs_parity_config_mismatches_total", {}, _BORN),), "1", not_yet_min=5, firing_min=6)),
     AlertRule(
         "ledger-samples-repeated", "critical",
-        _counter_alert("rlobs_ledger_duplicate_transitions_total", (*GROUP, "state")), "0m",
+        running(_counter_alert("rlobs_ledger_duplicate_transitions_total", (*GROUP, "state"))), "0m",
         "Samples went through the same ledger transition twice ({{ $labels.run }})",
-        "{{ $value }} sample(s) were {{ $labels.state }} again in {{ $labels.component }} (run {{ $labels.run }}) "
-        "over 10 minutes: exactly-once is violated, typically by a resume that replays samples.",
+        "{{ $value | humanize }} sample(s) were {{ $labels.state }} again in {{ $labels.component }} (run "
+        "{{ $labels.run }}) over 10 minutes: exactly-once is violated, typically by a resume that replays samples.",
         PromtoolCase((("rlobs_ledger_duplicate_transitions_total", {"state": "consumed"}, _BORN),), "1",
                      labels={"state": "consumed"}, not_yet_min=5, firing_min=6, component="buffer")),
     AlertRule(
         "telemetry-drops", "warning",
-        _counter_alert("rlobs_telemetry_dropped_total", (*GROUP, "reason")), "2m",
+        running(_counter_alert("rlobs_telemetry_dropped_total", (*GROUP, "reason"))), "2m",
         "rlobs is dropping telemetry events ({{ $labels.run }})",
-        "{{ $value }} telemetry event(s) were dropped for reason {{ $labels.reason }} in {{ $labels.component }} "
-        "(run {{ $labels.run }}) over 10 minutes. Dashboards, alerts and the doctor see an incomplete run.",
+        "{{ $value | humanize }} telemetry event(s) were dropped for reason {{ $labels.reason }} in "
+        "{{ $labels.component }} (run {{ $labels.run }}) over 10 minutes. Dashboards, alerts and the doctor see "
+        "an incomplete run.",
         PromtoolCase((("rlobs_telemetry_dropped_total", {"reason": "queue_full", "sink": "runstore"}, "_x6 7x13"),),
                      "7", labels={"reason": "queue_full"}, not_yet_min=7, firing_min=8)),
-    AlertRule(
-        "heartbeat-lost", "critical",
-        _gt(f"time() - {agg('max', 'max_over_time(' + series('rlobs_heartbeat_timestamp_seconds', ALERT) + '[15m])', GROUP)}",
-            T.heartbeat_silence_seconds), "1m",
-        "{{ $labels.component }} stopped sending heartbeats ({{ $labels.run }})",
-        "No heartbeat from {{ $labels.component }} of run {{ $labels.run }} for {{ $value | humanizeDuration }}. "
-        "The process is stuck or dead; its last heartbeat phase says where.",
-        PromtoolCase((("rlobs_heartbeat_timestamp_seconds", {"phase": "train"}, "0+60x5"),), "4m 0s",
-                     not_yet_min=8, firing_min=9)),
 )
 
 ALERT_IDS: tuple[str, ...] = tuple(r.id for r in RULES)
@@ -314,31 +440,42 @@ def rules_yaml(base: str | None = None) -> str:
     return header + to_yaml(rules_document(base))
 
 
-def _render(template: str, labels: Mapping[str, str], value_text: str) -> str:
+def _render(template: str, labels: Mapping[str, str], value_text: str, query_text: str = "") -> str:
     """Render the template subset the annotations use, as Prometheus would for the case."""
-    out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], template)
+    out = re.sub(r"\{\{ with query .*? \}\}.*?\{\{ end \}\}", lambda m: query_text, template)
+    out = re.sub(r"\{\{ \$labels\.(\w+) \}\}", lambda m: labels[m.group(1)], out)
     return re.sub(r"\{\{ \$value[^}]*\}\}", value_text, out)
 
 
 def _case_test(r: AlertRule, runbook_base: str | None = None) -> dict[str, object]:
+    """``not_yet_min``: quiet; ``firing_min``: fires; for a rule gated on ``running``, one minute later the
+    process's target is gone (its run ended cleanly) and the alert must be gone with it."""
     c = r.case
     base = {**CASE_LABELS, "component": c.component}
-    input_series = []
-    for name, extra, values in c.series:
-        labels = {**base, **extra}
-        sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
-        input_series.append({"series": f"{name}{{{sel}}}", "values": values})
+    gated = c.up and "up" in metric_names(r.expr)
+
+    def sel(name: str, labels: Mapping[str, str]) -> str:
+        return f"{name}{{{','.join(f'{k}={v!r}'.replace(chr(39), chr(34)) for k, v in labels.items())}}}"
+
+    input_series = [{"series": sel(name, {**base, **extra}), "values": values} for name, extra, values in c.series]
+    if gated:
+        input_series.append({"series": sel("up", base), "values": f"1x{c.firing_min} stale"})
     alert_labels = {**r.labels, "run": base["run"], "component": base["component"], **c.labels}
-    annotations = {k: _render(v, alert_labels, c.value_text) for k, v in r.annotations(runbook_base).items()}
+    annotations = {k: _render(v, alert_labels, c.value_text, c.query_text)
+                   for k, v in r.annotations(runbook_base).items()}
+    checks: list[dict[str, object]] = [
+        {"eval_time": f"{c.not_yet_min}m", "alertname": r.name, "exp_alerts": []},
+        {"eval_time": f"{c.firing_min}m", "alertname": r.name,
+         "exp_alerts": [{"exp_labels": alert_labels, "exp_annotations": annotations}]},
+    ]
+    if gated:
+        checks.append({"eval_time": f"{c.firing_min + 1}m", "alertname": r.name, "exp_alerts": []})
     return {
-        "name": f"{r.name}: not yet at {c.not_yet_min}m, firing at {c.firing_min}m",
+        "name": f"{r.name}: not yet at {c.not_yet_min}m, firing at {c.firing_min}m"
+                + (f", gone at {c.firing_min + 1}m once the process ended" if gated else ""),
         "interval": "1m",
         "input_series": input_series,
-        "alert_rule_test": [
-            {"eval_time": f"{c.not_yet_min}m", "alertname": r.name, "exp_alerts": []},
-            {"eval_time": f"{c.firing_min}m", "alertname": r.name,
-             "exp_alerts": [{"exp_labels": alert_labels, "exp_annotations": annotations}]},
-        ],
+        "alert_rule_test": checks,
     }
 
 

@@ -38,6 +38,24 @@ def overview() -> Board:
              "Latest policy version in the trainer and the latest version whose weight sync finished end to end.",
              q(s.gauge("rlobs_policy_version", D), "trainer"), q(s.gauge("rlobs_weight_sync_version", D), "served")),
     ))
+    processes = Row("Processes and run state", (
+        m.Panel("Processes up (per target)", "table", m.NUMBER,
+                (q(s.agg("max", s.up(D), ("run", "component", "rank", "instance")), format="table", instant=True),),
+                "Prometheus' `up` of every process of the selected runs (1 answering, 0 down: died, stopped or "
+                "hung). A process that ended cleanly is no longer listed; a dead one stays about 2 minutes "
+                f"(alert RlobsProcessDown after {T.process_down_for}).", width=12, height=6),
+        stat("Run state: processes up / down", m.COUNT,
+             "Processes of the selected runs answering scrapes, and processes down. Both empty: the run has ended "
+             "(every process removed its target at a clean exit).",
+             q(f"count by (run) ({s.up(D)} == 1)", "up {{run}}"), q(f"count by (run) ({s.up(D)} == 0)", "down {{run}}"),
+             width=6, height=6),
+        stat("Seconds since the last optimiser step", m.SECONDS,
+             "Wall time since the trainer's last optimiser step (alert RlobsNoProgress after "
+             f"max({T.no_progress_floor_seconds:g} s, {T.no_progress_step_multiple:g}x the step interval)).",
+             q(f"time() - {s.gauge('rlobs_train_step_last_timestamp_seconds', D, 'max', ('run',))}", "{{run}}"),
+             width=6, height=6,
+             thresholds=m.traffic_light(T.no_progress_floor_seconds / 2, T.no_progress_floor_seconds)),
+    ))
     families = Row("Probe families at a glance", (
         stat("Max staleness", m.unit_of("rlobs_staleness_max_versions"),
              "Max policy-version staleness in the last consumed batch (alert bound "
@@ -46,7 +64,7 @@ def overview() -> Board:
         stat("Weight-sync failures (1h)", m.COUNT,
              "Boundary spans that ended in error, torn read or fingerprint mismatch in the last hour.",
              q(s.agg("sum", s.new_or_increase("rlobs_weight_sync_boundaries_total", D1H,
-                                               outcome=("=~", "error|torn|mismatch")))),
+                                               outcome=("=~", "error|torn|mismatch"))) + " or vector(0)"),
              thresholds=m.GREEN_AT_ZERO),
         stat("Non-finite grad norms (1h)", m.COUNT, "Optimiser steps with a NaN/Inf gradient norm in the last hour.",
              q(s.agg("sum", s.new_or_increase("rlobs_grad_norm_nonfinite_total", D1H))), thresholds=m.GREEN_AT_ZERO),
@@ -84,7 +102,7 @@ def overview() -> Board:
     ))
     return Board("rlobs-overview", "rlobs / On-call overview",
                  "Health of every probe family at a glance, current alerts and run progress.",
-                 (findings, families, trends))
+                 (findings, processes, families, trends))
 
 
 def weight_sync() -> Board:

@@ -80,6 +80,20 @@ def series(name: str, scope: Scope, **labels: Matcher) -> str:
     return f"{name}{{{','.join(parts)}}}" if parts else name
 
 
+TARGET_LABELS = ("run", "component", "rank", "job", "instance")  # what `up` carries (file_sd + scrape)
+
+
+def up(scope: Scope, **labels: Matcher) -> str:
+    """Prometheus' own ``up`` of rlobs targets (the file_sd target labels, see rlobs.sinks.targets)."""
+    parts = [f"{k}{op}{_quote(v)}" for k, op, v in scope.matchers]
+    for key, m in labels.items():
+        if key not in TARGET_LABELS:
+            raise ValueError(f"up has no label {key!r}; labels: {TARGET_LABELS}")
+        op, value = ("=", m) if isinstance(m, str) else m
+        parts.append(f"{key}{op}{_quote(value)}")
+    return f"up{{{','.join(parts)}}}" if parts else "up"
+
+
 def _by(labels: Iterable[str]) -> str:
     return ", ".join(labels)
 

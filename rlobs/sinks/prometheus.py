@@ -33,7 +33,7 @@ from prometheus_client.registry import Collector
 
 from rlobs.catalogue import CATALOGUE, IMPLICIT_LABELS, METRICS, MetricSpec, by_kind
 from rlobs.events import EventBatch, WriterInfo
-from rlobs.store.manifest import PROMETHEUS_SD_DIR, write_json_atomic
+from rlobs.sinks.targets import TargetFile
 
 log = logging.getLogger("rlobs.prometheus")
 
@@ -70,7 +70,7 @@ class _Route:
     """Feeds one metric from one event kind."""
 
     __slots__ = ("spec", "metric", "op", "value_field", "value_index", "label_fields", "where", "scale",
-                 "children", "base", "overflowed")
+                 "children", "base", "overflowed", "finite_only")
 
     def __init__(self, spec: MetricSpec, metric: Any, base: tuple[str, str]):
         src = spec.source
@@ -83,6 +83,7 @@ class _Route:
         self.label_fields = tuple(src.labels[name] for name in spec.labels)
         self.where = tuple(src.where.items())
         self.scale = src.scale
+        self.finite_only = src.finite_only
         self.children: dict[tuple[str, ...], Any] = {}
         self.base = base
         self.overflowed = 0
@@ -116,6 +117,8 @@ class _Route:
             return
         value = float(value) * self.scale
         if self.op == "set":
+            if self.finite_only and not math.isfinite(value):
+                return
             child.set(value)
         elif not math.isfinite(value):
             return  # a NaN would poison a counter or histogram sum forever
@@ -197,7 +200,7 @@ class PrometheusSink:
             self.registry.register(_RecorderStatsCollector(stats, base))
         self.server: Any = None
         self.url: str | None = None
-        self._sd_file: Path | None = None
+        self._sd_file: TargetFile | None = None
         if serve:
             self._serve(run_dir, port, addr)
 
@@ -211,14 +214,7 @@ class PrometheusSink:
         self.target = f"{host}:{bound}"
         self.url = f"http://{self.target}/metrics"
         if run_dir is not None:
-            sd_dir = Path(run_dir) / PROMETHEUS_SD_DIR
-            sd_dir.mkdir(parents=True, exist_ok=True)
-            self._sd_file = sd_dir / f"{self.info.process}.json"
-            write_json_atomic(self._sd_file, [{
-                "targets": [self.target],
-                # no pid or process name here: a restarted process keeps its series (only instance changes)
-                "labels": {"rank": str(self.info.rank)},
-            }])
+            self._sd_file = TargetFile(Path(run_dir), self.info, self.target)
 
     def child(self, name: str, **labels: str) -> Any:
         """A labelled child of a catalogue metric, for direct updates (``.inc()`` / ``.set()`` / ``.observe()``)."""
@@ -245,7 +241,7 @@ class PrometheusSink:
 
     def close(self) -> None:
         if self._sd_file is not None:
-            self._sd_file.unlink(missing_ok=True)
+            self._sd_file.close()
         if self.server is not None:
             self.server.shutdown()
             self.server.server_close()

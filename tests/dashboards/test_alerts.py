@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import subprocess
 
 import yaml
@@ -58,7 +59,10 @@ def test_a_teams_runbook_base_url_goes_into_every_rule_and_its_promtool_tests(tm
 def test_alert_queries_name_only_catalogue_metrics():
     for r in a.RULES:
         names = s.metric_names(r.expr)
-        assert names and names <= all_exposed_names(), (r.id, names)
+        assert names and names <= all_exposed_names() | {"up"}, (r.id, names)  # up: Prometheus' own, per target
+        # series the description's {{ with query ... }} blocks read count too (no-progress names the quietest process)
+        for query in re.findall(r'with query \(printf "(.*?)" \$', r.description):
+            names |= s.metric_names(query)
         case_metrics = {name for name, _labels, _values in r.case.series}
         assert case_metrics <= names, f"{r.id}: promtool case feeds {case_metrics - names}, not in the expression"
 
@@ -74,9 +78,15 @@ def test_promtool_unit_tests_not_yet_and_firing_for_every_alert():
     doc = yaml.safe_load((DASHBOARDS / "alerts_test.yaml").read_text())
     tested = {}
     for t in doc["tests"]:
-        (early, late) = t["alert_rule_test"]
+        (early, late, *after) = t["alert_rule_test"]
         assert early["alertname"] == late["alertname"]
         assert early["exp_alerts"] == [] and len(late["exp_alerts"]) == 1
+        rule = next(r for r in a.RULES if r.name == early["alertname"])
+        if "up" in s.metric_names(rule.expr) and rule.id != "process-down":  # gated on the process running
+            (gone,) = after  # one minute after the firing time the process's target has gone (a clean end)
+            assert gone["exp_alerts"] == [] and gone["alertname"] == rule.name
+        else:
+            assert not after
         annotations = late["exp_alerts"][0]["exp_annotations"]
         assert annotations["runbook_url"].endswith(".md") and "{{" not in annotations["description"]
         tested[early["alertname"]] = (early["eval_time"], late["eval_time"])
@@ -85,6 +95,15 @@ def test_promtool_unit_tests_not_yet_and_firing_for_every_alert():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout
+
+
+def test_every_rate_or_silence_based_alert_is_gated_on_its_process_running():
+    """A finished run pages nobody: alerts over a window (rates, increases, max/avg_over_time) keep seeing
+    the run's last minutes after it ended, so each is cut by ``up == 1`` of its component."""
+    for r in a.RULES:
+        windowed = bool(re.search(r"\[[0-9]+[smh]\]", r.expr)) or "time()" in r.expr
+        if windowed and r.id != "process-down":
+            assert "== 1)" in r.expr and " and on (" in r.expr, r.id
 
 
 def test_promtool_unit_tests_catch_a_broken_rule(tmp_path):
