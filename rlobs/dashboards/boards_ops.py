@@ -47,7 +47,7 @@ def overview() -> Board:
         stat("Run state: processes up / down", m.COUNT,
              "Processes of the selected runs answering scrapes, and processes down. Both empty: the run has ended "
              "(every process removed its target at a clean exit).",
-             q(f"count by (run) ({s.up(D)} == 1)", "up {{run}}"), q(f"count by (run) ({s.up(D)} == 0)", "down {{run}}"),
+             q(f"sum by (run) ({s.up(D)})", "up {{run}}"), q(f"sum by (run) (1 - {s.up(D)})", "down {{run}}"),
              width=6, height=6),
         stat("Seconds since the last optimiser step", m.SECONDS,
              "Wall time since the trainer's last optimiser step (alert RlobsNoProgress after "

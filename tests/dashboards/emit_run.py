@@ -112,7 +112,8 @@ class Run:
             timeout = bad and i % 3 == 0
             kind = ("code", "judge")[i % 2]
             self.emit(self.grader, "grader_call", sample_id=f"s{step}-{i}", grader_kind=kind,
-                      queue_wait_s=r.uniform(0.01, 0.2), latency_s=30.0 if timeout else r.uniform(0.05, 1.5),
+                      queue_wait_s=r.uniform(150, 250) if bad else r.uniform(0.01, 0.2),  # a saturated pool
+                      latency_s=30.0 if timeout else r.uniform(0.05, 1.5),
                       outcome="timeout" if timeout else "ok", reward=None if timeout else float(r.random() > 0.5),
                       error="deadline exceeded" if timeout else None)
         for kind in ("code", "judge"):
