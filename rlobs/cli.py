@@ -281,8 +281,14 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
             runbook_base_url: str = typer.Option(None, "--runbook-base-url", envvar="RLOBS_RUNBOOK_BASE_URL",
                                                  help="base of the generated rules' runbook_url (see dashboards build)")
             ) -> None:
-    """Run Debian's Prometheus on 127.0.0.1 over the run(s), with the rlobs alert rules; Ctrl-C stops it."""
+    """Run Debian's Prometheus on 127.0.0.1 over the run(s), with the rlobs alert rules; Ctrl-C stops it.
+    Prints targets coming up and going down, alerts pending / firing / resolved and runs ending."""
     from rlobs.dashboards.observe import PrometheusError, serve_forever
+
+    missing = [str(d) for d in run_dirs if not d.is_dir()]
+    if missing:  # a typo would otherwise watch nothing, silently, forever
+        raise fail(f"no such run directory: {', '.join(missing)} (start the run first, or create the folder "
+                   "it will write to)", exitcodes.INPUT)
 
     try:
         code = serve_forever(run_dirs, port=port, scrape_interval=scrape_interval, rules_file=rules,

@@ -165,6 +165,69 @@ class LocalPrometheus:
         return list(self.api("alerts")["alerts"])
 
 
+class Watch:
+    """What an on-call wants to see scroll by: targets coming up and going down, alerts pending / firing /
+    resolved, a run whose processes are all gone. ``poll()`` compares Prometheus' view with the last one
+    and returns the changes as lines; it also reaps the target files of dead processes of the runs."""
+
+    def __init__(self, prom: LocalPrometheus):
+        self.prom = prom
+        self.targets: dict[str, tuple[str, str]] = {}  # scrape url -> (health, description)
+        self.alerts: dict[tuple[str, ...], str] = {}  # (alertname, labels...) -> state
+        self.runs_seen: dict[str, int] = {}  # run id -> targets last seen
+
+    @staticmethod
+    def _who(labels: dict[str, str]) -> str:
+        return (f"{labels.get('component', '?')} rank {labels.get('rank', '?')} of run {labels.get('run', '?')} "
+                f"({labels.get('instance', '')})")
+
+    def poll(self) -> list[str]:
+        from rlobs.sinks.targets import reap_dead
+
+        for d in self.prom.run_dirs:
+            reap_dead(d / SD_DIR)
+        lines: list[str] = []
+        try:
+            targets = self.prom.targets()
+            alerts = self.prom.alerts()
+        except (PrometheusError, OSError, ValueError) as exc:
+            return [f"prometheus did not answer: {exc}"]
+        now: dict[str, tuple[str, str]] = {}
+        per_run: dict[str, int] = {}
+        for t in targets:
+            labels = t.get("labels", {})
+            now[t.get("scrapeUrl", "")] = (t.get("health", "unknown"), self._who(labels))
+            per_run[labels.get("run", "?")] = per_run.get(labels.get("run", "?"), 0) + 1
+        for url, (health, who) in now.items():
+            before = self.targets.get(url, (None, who))[0]
+            if health != before and health in ("up", "down"):
+                error = next((t.get("lastError", "") for t in targets if t.get("scrapeUrl") == url), "")
+                lines.append(f"target {health}: {who}" + (f": {error}" if health == "down" and error else ""))
+        for url, (_health, who) in self.targets.items():
+            if url not in now:
+                lines.append(f"target gone: {who} (its process ended and removed its target)")
+        lines += [f"run {run} ended: no process of it is left" for run, n in self.runs_seen.items()
+                  if n and run not in per_run]
+        self.targets, self.runs_seen = now, {**{run: 0 for run in self.runs_seen}, **per_run}
+        current: dict[tuple[str, ...], tuple[str, dict[str, Any]]] = {}
+        for a in alerts:
+            labels = a.get("labels", {})
+            key = tuple(f"{k}={v}" for k, v in sorted(labels.items()))
+            current[key] = (a.get("state", "?"), a)
+        for key, (state, a) in current.items():
+            if self.alerts.get(key) != state:
+                labels, ann = a.get("labels", {}), a.get("annotations", {})
+                lines.append(f"alert {state}: {labels.get('alertname')} [{labels.get('severity', '')}] "
+                             f"{ann.get('summary', '')}  runbook: {ann.get('runbook_url', '-')}")
+        for key in self.alerts:
+            if key not in current:
+                name = next((k.split("=", 1)[1] for k in key if k.startswith("alertname=")), "?")
+                run = next((k.split("=", 1)[1] for k in key if k.startswith("run=")), "?")
+                lines.append(f"alert resolved: {name} (run {run})")
+        self.alerts = {k: v[0] for k, v in current.items()}
+        return lines
+
+
 def serve_forever(run_dirs: Sequence[str | os.PathLike[str]], port: int = 9090, scrape_interval: str = "2s",
                   rules_file: Path | None = None, echo: Any = print, runbook_base: str | None = None) -> int:
     """Run Prometheus until Ctrl-C (or SIGTERM); returns the process exit status to use."""
@@ -182,10 +245,15 @@ def serve_forever(run_dirs: Sequence[str | os.PathLike[str]], port: int = 9090, 
     try:
         echo(f"Prometheus on {prom.url}  (targets: {prom.url}/targets, alerts: {prom.url}/alerts)")
         echo(f"scraping {', '.join(str(d) for d in prom.run_dirs)} every {scrape_interval}; Ctrl-C stops it")
+        watch, next_poll = Watch(prom), 0.0
         while not stop["now"]:
             if prom.proc is None or prom.proc.poll() is not None:
                 echo("prometheus exited unexpectedly:\n" + prom.log_tail())
                 return 1
+            if time.monotonic() >= next_poll:
+                for line in watch.poll():
+                    echo(f"{time.strftime('%H:%M:%S')} {line}")
+                next_poll = time.monotonic() + 2.0
             time.sleep(0.2)
     except KeyboardInterrupt:
         pass

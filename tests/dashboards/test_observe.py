@@ -55,8 +55,17 @@ def test_missing_binary_is_a_clear_error(tmp_path):
         LocalPrometheus([tmp_path], port=0, binary=str(tmp_path / "no-prometheus")).start()
 
 
+def test_cli_observe_refuses_a_missing_run_directory(tmp_path):
+    from rlobs import exitcodes
+
+    out = subprocess.run([sys.executable, "-m", "rlobs", "observe", str(tmp_path / "no-such-run"), "--port", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == exitcodes.INPUT and "no such run directory" in out.stderr
+
+
 def test_cli_observe_prints_the_url_and_stops_cleanly_on_ctrl_c(tmp_path):
     need("prometheus")
+    (tmp_path / "run").mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "rlobs", "observe", str(tmp_path / "run"), "--port", "0"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "COLUMNS": "200"})
