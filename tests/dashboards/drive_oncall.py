@@ -74,7 +74,7 @@ def main() -> int:
         report({"event": "ended", "run": name, "t": time.time()})
 
     for mode in HEALTHY_MODES:
-        run(f"healthy-{mode}", mode, 10)
+        run(f"healthy-{mode}", mode, 8)
 
     def hold_at(step: int):  # noqa: ANN202
         def hook(cfg: Config, out: dict) -> None:
