@@ -235,15 +235,17 @@ def import_cmd(source: str = typer.Argument(..., help="verl | openrlhf | trl | w
                framework: str = typer.Option(None, "--framework",
                                              help="verl | openrlhf | trl (default: the source, or detected from names)"),
                as_json: bool = typer.Option(False, "--json", help="print the import report as JSON")) -> None:
-    """Import another trainer's metric log into a run record (then: rlobs doctor OUT). Exit 2 when nothing
+    """Import another trainer's metric log into a run record (then: rlobs doctor OUT). Exit 65 when nothing
     could be imported; lines that could not be read are listed, never silently dropped."""
     from rlobs.importers import ImportFailed, import_run
 
     try:
         report = import_run(source, path, out, framework=framework)
     except ImportFailed as exc:
+        from rlobs import exitcodes
+
         err_console.print(f"[bold red]error:[/] {exc}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(exitcodes.INPUT) from None
     if as_json:
         sys.stdout.write(json.dumps(report.to_dict(), indent=2, sort_keys=True, default=str) + "\n")
         return

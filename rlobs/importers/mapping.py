@@ -105,10 +105,16 @@ def _number(value: Any) -> float | None:
         return float(value)
     if isinstance(value, str):  # console logs print numbers as text ("1.49e-08", "nan")
         try:
-            return float(value.strip())
+            v = float(value.strip())
         except ValueError:
             return None
+        if math.isinf(v) and "inf" not in value.lower():
+            return None  # "1e999", a 5000-digit number: beyond float64, not an infinity anyone logged
+        return v
     return None
+
+
+INT64_MAX = 2**63 - 1
 
 
 def pick_step(row: Mapping[str, Any], keys: Iterable[str]) -> tuple[int | None, str | None]:
@@ -116,7 +122,7 @@ def pick_step(row: Mapping[str, Any], keys: Iterable[str]) -> tuple[int | None, 
     for key in keys:
         if key in row:
             v = _number(row[key])
-            if v is not None and math.isfinite(v):
+            if v is not None and math.isfinite(v) and abs(v) <= INT64_MAX:
                 return int(v), key
     return None, None
 
@@ -162,7 +168,7 @@ def convert(rows: Iterable[MetricRow], table: MetricTable, report: ImportReport,
                 fields[target.field] = v if prev is None or not (prev >= v) else prev
                 bucket.scalars.append((name, value))  # the sign is lost in the event: keep the original too
             elif target.op == "int":
-                if math.isfinite(value) and value == round(value):
+                if math.isfinite(value) and value == round(value) and abs(value) <= INT64_MAX:
                     fields[target.field] = int(value)
                 else:  # not a count: keep it as logged
                     bucket.scalars.append((name, value))
