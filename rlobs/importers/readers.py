@@ -18,8 +18,8 @@ import csv
 import json
 import math
 import re
-from pathlib import Path
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from rlobs.importers.mapping import STEP_KEYS, MetricRow, pick_step
@@ -168,7 +168,7 @@ def sniff(path: Path) -> str:
     for ln in lines:
         s = ln.strip()
         if s.startswith("{"):
-            obj, why = load_json(s)
+            _obj, why = load_json(s)
             if why is None or "nested deeper" in why:
                 return "jsonl"
         if VERL_CONSOLE.search(s):

@@ -114,6 +114,7 @@ def records(data: bytes, *, check_crc: bool = True) -> tuple[list[tuple[int, byt
 
 def read(path: Path, report: ImportReport) -> list[MetricRow]:
     try:
+        from google.protobuf.message import DecodeError
         from tensorboard.compat.proto import event_pb2
     except ImportError:
         raise ImportFailed("reading TensorBoard event files needs the tensorboard package: pip install tensorboard") from None
@@ -135,7 +136,7 @@ def read(path: Path, report: ImportReport) -> list[MetricRow]:
         for n, (offset, raw) in enumerate(payloads, 1):
             try:
                 event = event_pb2.Event.FromString(raw)
-            except Exception as exc:  # protobuf DecodeError: a damaged record
+            except (DecodeError, ValueError, RuntimeError) as exc:  # a record that passed its CRC but is no Event
                 report.issue(f"{f.name}:byte {offset}", "malformed", f"{type(exc).__name__}: {exc}")
                 continue
             if not event.HasField("summary"):

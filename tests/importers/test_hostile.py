@@ -13,8 +13,7 @@ from typer.testing import CliRunner
 
 import rlobs
 from rlobs.cli import app
-from rlobs.importers import ImportFailed, import_run
-from rlobs.importers import readers
+from rlobs.importers import ImportFailed, import_run, readers
 from tests.importers import fixtures as fx
 
 
