@@ -66,10 +66,12 @@ def read_rows(source: str, path: Path, report: ImportReport) -> list[MetricRow]:
         state = _trl_state_in(path) if source == "trl" else None
         if state is not None:
             path = state
-        elif any(path.rglob(wandb.HISTORY)) or any(path.rglob(wandb.CONSOLE)):
+        elif any(path.rglob(wandb.HISTORY)) or any(path.rglob(wandb.CONSOLE)) or wandb.has_run_file(path):
             return wandb.read(path, report)
         else:
             return tensorboard.read(path, report)
+    if wandb.has_run_file(path):
+        return wandb.read(path, report)
     report.source = str(path)
     fmt = readers.sniff(path)
     report.source_format = fmt
