@@ -228,19 +228,24 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
 
 # --- import (rlobs.importers; imported lazily) ---
 @app.command("import")
-def import_cmd(source: str = typer.Argument(..., help="verl | openrlhf | trl | wandb | tensorboard"),
+def import_cmd(source: str = typer.Argument(..., help="verl | openrlhf | trl | areal | slime | nemo-rl | prime-rl | "
+                                                      "wandb | tensorboard"),
                path: Path = typer.Argument(..., help="log file or folder: JSONL / console log / trainer_state.json / "
                                                      "checkpoint folder / wandb run folder or export / TensorBoard folder"),
                out: Path = typer.Option(..., "--out", help="new run directory to write"),
                framework: str = typer.Option(None, "--framework",
-                                             help="verl | openrlhf | trl (default: the source, or detected from names)"),
-               as_json: bool = typer.Option(False, "--json", help="print the import report as JSON")) -> None:
+                                             help="verl | openrlhf | trl | areal | slime | nemo-rl | prime-rl "
+                                                  "(default: the source, or detected from names)"),
+               as_json: bool = typer.Option(False, "--json", help="print the import report as JSON"),
+               map_file: Path = typer.Option(None, "--map",
+                                             help='JSON {"logged name": "kind.field [key=value] (op)"} for custom '
+                                                  "names (adds to / overrides the framework table)")) -> None:
     """Import another trainer's metric log into a run record (then: rlobs doctor OUT). Exit 65 when nothing
     could be imported; lines that could not be read are listed, never silently dropped."""
     from rlobs.importers import ImportFailed, import_run
 
     try:
-        report = import_run(source, path, out, framework=framework)
+        report = import_run(source, path, out, framework=framework, map_file=map_file)
     except ImportFailed as exc:
         from rlobs import exitcodes
 

@@ -172,4 +172,4 @@ def test_tensorboard_corrupted_length_is_reported_and_reading_resumes(tmp_path):
     assert report.steps == (1, 8)  # records after the damaged one are read again
     with rlobs.open_run(tmp_path / "run") as rec:
         names = {r[0] for r in rec.sql("SELECT DISTINCT name FROM scalar").fetchall()}
-    assert all(n in fx.verl_metrics(1) or n.startswith("val/") for n in names), names
+    assert all(n in fx.verl_metrics(1) or n.startswith(("val/", "rlobs/")) for n in names), names
