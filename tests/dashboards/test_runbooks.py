@@ -20,7 +20,10 @@ from .runbook_text import PANEL_REF, SECTIONS, promql_exprs, runbook_pages, sect
 
 # Doctor rules (issue 5) without an alert of their own; alert ids double as doctor rule ids.
 DOCTOR_ONLY = {"staleness-jump-after-resume", "weight-sync-incomplete-dump", "weight-sync-torn-read", "grader-slow",
-               "ledger-samples-skipped", "record-damaged"}
+               "ledger-samples-skipped", "record-damaged",
+               # issue 15: rules on the aggregates other trainers log
+               "grading-dominates-step", "trainer-idle", "staleness-growing", "parity-prob-drift",
+               "response-length-clipped", "entropy-collapse", "no-gradient"}
 PAGES = runbook_pages(RUNBOOKS)
 
 
