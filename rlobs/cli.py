@@ -259,6 +259,50 @@ def import_cmd(source: str = typer.Argument(..., help="verl | openrlhf | trl | a
     console.print(f"wrote {out} (report: {out / 'import_report.json'}); next: rlobs doctor {out}", highlight=False)
 
 
+# --- follow: tail a growing log into a run record and /metrics (rlobs.importers.follow; imported lazily) ---
+@app.command()
+def follow(fmt: str = typer.Argument(..., metavar="FORMAT", help="verl (FileLogger JSONL) | jsonl (with --framework)"),
+           path: Path = typer.Argument(..., help="the log file a running job appends to"),
+           out: Path = typer.Option(..., "--out", help="run directory (created, or resumed where it stopped)"),
+           framework: str = typer.Option(None, "--framework", help="metric map for jsonl logs"),
+           map_file: Path = typer.Option(None, "--map", help="JSON name map, as for rlobs import"),
+           metrics_port: int = typer.Option(None, "--metrics-port", help="/metrics port (default: a free one; "
+                                                                         "RUN/prometheus_sd/ names it)"),
+           poll: float = typer.Option(0.2, "--poll", help="seconds between checks for new lines"),
+           seconds: float = typer.Option(None, "--seconds", help="stop after this long (default: until killed)")
+           ) -> None:
+    """Tail a growing metric log into a run record and a /metrics endpoint (dashboards, alerts, rlobs doctor
+    --follow on a running job). Restart-safe: resumes at the last line recorded, without duplicates."""
+    import signal
+    import time as _time
+
+    from rlobs import exitcodes
+    from rlobs.importers import ImportFailed
+    from rlobs.importers.follow import Follower
+
+    stopping: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    try:
+        f = Follower(fmt, path, out, framework=framework, map_file=map_file, metrics_port=metrics_port, poll_s=poll)
+        f.start()
+    except ImportFailed as exc:
+        err_console.print(f"[bold red]error:[/] {exc}")
+        raise typer.Exit(exitcodes.INPUT) from None
+    sys.stdout.write(json.dumps({"following": str(path), "out": str(out), "offset": f.offset}) + "\n")
+    sys.stdout.flush()
+    until = _time.time() + seconds if seconds else None
+    try:
+        while not stopping and (until is None or _time.time() < until):
+            if f.poll_once() == 0:
+                _time.sleep(poll)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        f.close()
+    console.print(f"followed {f.lines} line(s) of {path} into {out} (offset {f.offset}; issues: "
+                  f"{len(f.report.issues)}, see {out / 'follow_report.json'})", highlight=False)
+
+
 # --- replay: the Streamlit triage and replay app (rlobs.app; streamlit runs in a child process) ---
 @app.command()
 def replay(run: Path = typer.Argument(..., help="run directory"),

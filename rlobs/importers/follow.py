@@ -1,0 +1,222 @@
+"""``rlobs follow FORMAT PATH --out RUN``: tail a growing metric log into a run record and a ``/metrics``
+endpoint, so the dashboards, the alerts and ``rlobs doctor --follow`` work on a running job with no code change.
+
+Supported: JSON-lines logs that grow by appending (verl's FileLogger ``VERL_FILE_LOGGER_PATH``, any framework's
+JSON lines with ``--framework``). Each complete line is converted with the framework's metric map (and
+``--map``), emitted through the recorder (run store + Prometheus sink), and marked in the record with a
+``scalar`` event ``rlobs/follow_offset`` (the byte offset after the line, emitted after the line's events).
+
+Exactly once, across everything a tailer meets:
+- **partial lines**: only complete lines (ending in a newline) are read; the rest waits for the writer;
+- **its own restart** (killed, even with SIGKILL): the record is the state: on start the follower reads
+  the last ``rlobs/follow_offset`` that reached the record and resumes there, so a line whose events were
+  written is never read again and a line whose events were lost is read again; ``follow_state.json`` keeps
+  the file's identity (device, inode) to tell a restart from a rotation;
+- **truncation** (the file shrinks below the offset: ``copytruncate``, a rewritten log): reading restarts at 0;
+- **rotation** (the path now names another file): the old file is read to its end, then the new one from 0.
+Malformed and oversized lines are reported in ``RUN/follow_report.json``, never fatal.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from rlobs.importers import readers
+from rlobs.importers.mapping import MetricTable, convert, load_user_map
+from rlobs.importers.report import ImportFailed, ImportReport
+
+FORMATS = ("verl", "jsonl")
+STATE_FILE = "follow_state.json"
+REPORT_FILE = "follow_report.json"
+OFFSET_METRIC = "rlobs/follow_offset"
+_READ = 4 * 1024 * 1024
+
+
+def _identity(st: os.stat_result) -> list[int]:
+    return [int(st.st_dev), int(st.st_ino)]
+
+
+class Follower:
+    def __init__(self, fmt: str, path: str | os.PathLike[str], out: str | os.PathLike[str], *,
+                 framework: str | None = None, map_file: str | os.PathLike[str] | None = None,
+                 prometheus: bool = True, metrics_port: int | None = None, poll_s: float = 0.2) -> None:
+        from rlobs.importers import TABLES
+
+        if fmt not in FORMATS:
+            raise ImportFailed(f"rlobs follow reads {', '.join(FORMATS)} logs; {fmt!r} is not one "
+                               "(TensorBoard, TRL and wandb folders: import them after the run with rlobs import)")
+        fw = framework or ("verl" if fmt == "verl" else None)
+        if fw is None or fw not in TABLES:
+            raise ImportFailed(f"give --framework ({', '.join(TABLES)}) for {fmt} logs")
+        table = TABLES[fw]
+        if map_file is not None:
+            table = MetricTable(framework=fw, exact={**table.exact, **load_user_map(map_file)},
+                                patterns=table.patterns, prefixes=table.prefixes)
+        self.fmt, self.framework, self.table = fmt, fw, table
+        self.path, self.out = Path(path), Path(out)
+        self.poll_s = poll_s
+        self.prometheus, self.metrics_port = prometheus, metrics_port
+        self.report = ImportReport(source=str(self.path), source_format=f"{fmt} (followed)", framework=fw)
+        self.offset = 0
+        self.ident: list[int] | None = None
+        self.fh: Any = None
+        self.lines = 0
+        self._skip_to_newline = False
+        self.rec: Any = None
+
+    # ---- state ----
+    def _resume_point(self) -> None:
+        state_path = self.out / STATE_FILE
+        state = {}
+        if state_path.exists():
+            try:
+                state = json.loads(state_path.read_text())
+            except (OSError, ValueError):
+                state = {}
+        offset = None
+        if (self.out / "events").exists():
+            import rlobs
+
+            with rlobs.open_run(self.out) as rec:
+                if rec.counts().get("scalar"):
+                    row = rec.sql(f"SELECT value FROM scalar WHERE name = '{OFFSET_METRIC}' "
+                                  "ORDER BY ts_ns DESC LIMIT 1").fetchall()
+                    offset = int(row[0][0]) if row else None
+        self.ident = state.get("ident")
+        self.offset = offset if offset is not None else 0
+        if offset is not None:
+            self.report.notes.append(f"resumed at byte {offset} of {state.get('path', self.path)}")
+
+    def _save_state(self) -> None:
+        tmp = self.out / (STATE_FILE + ".tmp")
+        tmp.write_text(json.dumps({"path": str(self.path), "ident": self.ident, "offset": self.offset,
+                                   "lines": self.lines}))
+        os.replace(tmp, self.out / STATE_FILE)
+        rep = self.out / (REPORT_FILE + ".tmp")
+        rep.write_text(json.dumps(self.report.to_dict(), indent=1, sort_keys=True, default=str) + "\n")
+        os.replace(rep, self.out / REPORT_FILE)
+
+    # ---- file handling ----
+    def _open_current(self) -> bool:
+        """Open the file at ``path`` if not open; handle rotation and truncation. True when a file is open."""
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            return self.fh is not None
+        ident = _identity(st)
+        if self.fh is None:
+            self.fh = self.path.open("rb")
+            if self.ident is not None and ident != self.ident:  # rotated while we were away
+                self.report.notes.append(f"{self.path} is a new file since the last run: read from byte 0")
+                self.offset = 0
+            self.ident = ident
+            self.fh.seek(self.offset)
+            return True
+        if ident != self.ident:  # rotated: finish the old file, then switch
+            if self._read_available() == 0:
+                self.fh.close()
+                self.fh = self.path.open("rb")
+                self.report.notes.append(f"{self.path} rotated after byte {self.offset}: following the new file")
+                self.ident, self.offset = ident, 0
+                self._skip_to_newline = False
+        elif st.st_size < self.offset:  # truncated in place
+            self.report.notes.append(f"{self.path} truncated to {st.st_size} bytes (was read to {self.offset}): "
+                                     "reading it again from byte 0")
+            self.offset = 0
+            self.fh.seek(0)
+            self._skip_to_newline = False
+        return True
+
+    def _read_available(self) -> int:
+        """Read and emit every complete line after ``offset``; returns the number of bytes consumed."""
+        self.fh.seek(self.offset)
+        data = self.fh.read(_READ)
+        end = data.rfind(b"\n")
+        if end < 0:
+            if len(data) > readers.MAX_LINE_BYTES and not self._skip_to_newline:
+                self.report.issue(f"{self.path.name}:byte {self.offset}", "oversized",
+                                  f"line longer than {readers.MAX_LINE_BYTES} bytes skipped unread")
+                self._skip_to_newline = True
+            if self._skip_to_newline and data:
+                self.offset += len(data)
+                return len(data)
+            return 0
+        chunk = data[:end + 1]
+        pos = self.offset
+        rows = []
+        for raw in chunk.split(b"\n")[:-1]:
+            line_end = pos + len(raw) + 1
+            if self._skip_to_newline:
+                self._skip_to_newline = False
+            elif len(raw) > readers.MAX_LINE_BYTES:
+                self.report.issue(f"{self.path.name}:byte {pos}", "oversized",
+                                  f"line of {len(raw)} bytes skipped (limit {readers.MAX_LINE_BYTES})")
+            elif raw.strip():
+                self.lines += 1
+                where = f"{self.path.name}:byte {pos}"
+                obj, why = readers.load_json(raw.decode("utf-8", errors="replace").strip())
+                if why is not None:
+                    self.report.issue(where, "malformed", why)
+                elif not isinstance(obj, dict):
+                    self.report.issue(where, "malformed", f"a JSON {type(obj).__name__}, not an object")
+                else:
+                    row = readers._row_from_object(obj, where)
+                    if not readers._too_many_keys(row, self.report):
+                        rows.append((row, line_end))
+            pos = line_end
+        self._emit(rows, pos)
+        consumed = pos - self.offset
+        self.offset = pos
+        return consumed
+
+    def _emit(self, rows: list[tuple[Any, int]], end_offset: int) -> None:
+        src = f"{self.framework}:{self.path.name}"
+        for row, line_end in rows:
+            for step, kind, fields in convert([row], self.table, self.report, source=src):
+                self.rec.emit(kind, step=step, **fields)
+            self.rec.emit("scalar", step=row.step, name=OFFSET_METRIC, value=float(line_end), source="rlobs follow")
+        if not rows and end_offset != self.offset:  # only blank / bad lines: still advance the resume point
+            self.rec.emit("scalar", step=None, name=OFFSET_METRIC, value=float(end_offset), source="rlobs follow")
+
+    # ---- main loop ----
+    def start(self) -> None:
+        import rlobs
+
+        self.out.mkdir(parents=True, exist_ok=True)
+        self._resume_point()
+        self.rec = rlobs.init(self.out, component="trainer", rank=0, name=self.out.name,
+                              config={"imported_from": str(self.path), "framework": self.framework,
+                                      "source_format": f"{self.fmt} (followed)"},
+                              prometheus=self.prometheus, metrics_port=self.metrics_port, otel=False,
+                              set_global=False, flush_interval=0.1)
+
+    def poll_once(self) -> int:
+        if not self._open_current():
+            return 0
+        n = self._read_available()
+        if n:
+            self.rec.flush(timeout=30.0)
+            self._save_state()
+        return n
+
+    def run(self, *, until: float | None = None, stop: Any = None) -> None:
+        self.start()
+        try:
+            while (until is None or time.time() < until) and not (stop is not None and stop()):
+                if self.poll_once() == 0:
+                    time.sleep(self.poll_s)
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        if self.rec is not None:
+            self.rec.close()
+            self.rec = None
+            self._save_state()
+        if self.fh is not None:
+            self.fh.close()
+            self.fh = None
