@@ -285,9 +285,14 @@ def parity_prob_drift(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     (verl ``rollout_corr/kl``/``k3_kl``, OpenRLHF ``vllm_kl``, NeMo-RL ``gen_kl_error``, prime-rl
     ``mismatch_kl``, AReaL ``behave_approx_kl``). Warning when it exceeds ``ratio`` x its early median and
     that median plus an absolute floor (0.002 for probabilities, 2e-4 nats for KL) for ``min_steps``
-    consecutive steps: a jump that stays, typically from a weight update (a bad sync, a cache not reset)."""
+    consecutive steps: a jump that stays, typically from a weight update (a bad sync, a cache not reset).
+    A run with log-prob differences (``mean_abs_dlogp``) is left to parity-drift."""
     if not ctx.count("parity"):
         return missing(ctx, "parity-prob-drift", "no parity events")
+    dlogp = ctx.scalar("SELECT count(mean_abs_dlogp) FROM parity WHERE isfinite(mean_abs_dlogp)")
+    if dlogp:
+        return Insufficient(f"the run has log-prob differences ({dlogp} parity events with mean_abs_dlogp): "
+                            "parity-drift judges them with field thresholds")
     findings: list[Finding] = []
     seen_any = False
     for col, floor in _PARITY:
