@@ -32,6 +32,7 @@ FILE_HEADER = 7
 BLOCK = 32768
 CHUNK_HEADER = 7
 FULL, FIRST, MIDDLE, LAST = 1, 2, 3, 4
+MAX_RECORD = 64 * 1024 * 1024  # a history row is KBs; a larger record is skipped (and reported), not assembled
 
 
 def is_wandb_file(path: Path) -> bool:
@@ -103,6 +104,24 @@ def chunks_to_records(data: Any, name: str, report: ImportReport) -> Iterator[tu
             parts.append(body)
             yield start if start is not None else pos, b"".join(parts)
             parts, start = [], None
+        if parts and len(parts) * BLOCK > MAX_RECORD:
+            report.issue(f"{name}:byte {start}", "oversized", f"record over {MAX_RECORD} bytes skipped")
+            parts, start = [], None
+            pos = end
+            while pos < size:  # skip its remaining chunks
+                left = BLOCK - pos % BLOCK
+                if left < CHUNK_HEADER:
+                    pos += left
+                    continue
+                if size - pos < CHUNK_HEADER:
+                    break
+                _crc, length, kind = struct.unpack_from("<IHB", data, pos)
+                if kind not in (MIDDLE, LAST):
+                    break
+                pos += CHUNK_HEADER + length
+                if kind == LAST:
+                    break
+            continue
         pos = end
     if parts:
         report.issue(f"{name}:byte {start}", "truncated", "last record cut off (run still writing?)")

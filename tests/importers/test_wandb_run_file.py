@@ -118,3 +118,46 @@ def test_not_a_wandb_file_and_crc_of_the_real_format(tmp_path, verl_run):
     bad.write_bytes(b":W&B\xe1\xbe\x00" + b"\x01" * 20)
     with pytest.raises(ImportFailed, match="no history rows"):
         import_run("wandb", bad, tmp_path / "run")
+
+
+def _frame(records: list[bytes], start: int = 7) -> bytes:
+    """LevelDB-log framing of ``records`` as wandb writes it (after the 7-byte file header)."""
+    out, pos = bytearray(), start
+    for rec in records:
+        first, at = True, 0
+        view = memoryview(rec)
+        while True:
+            left = 32768 - pos % 32768
+            if left < 7:
+                out += b"\x00" * left
+                pos += left
+                continue
+            n = min(len(rec) - at, left - 7)
+            last = at + n == len(rec)
+            kind = (1 if last else 2) if first else (4 if last else 3)
+            body = bytes(view[at:at + n])
+            at += n
+            out += struct.pack("<IHB", zlib.crc32(body, zlib.crc32(bytes([kind]))) & 0xFFFFFFFF, n, kind) + body
+            pos += 7 + n
+            first = False
+            if last:
+                break
+    return bytes(out)
+
+
+def test_a_record_over_64_mib_is_skipped_and_the_next_row_still_read(tmp_path):
+    from wandb.proto import wandb_internal_pb2 as pb
+
+    def row(step: int, extra: str = "") -> bytes:
+        r = pb.Record()
+        for k, v in (("_step", str(step)), ("actor/grad_norm", "0.5")) + ((("blob", json.dumps(extra)),) if extra else ()):
+            item = r.history.item.add()
+            item.nested_key.append(k)
+            item.value_json = v
+        return r.SerializeToString()
+
+    f = tmp_path / "run-big.wandb"
+    f.write_bytes(b":W&B\xe1\xbe\x00" + _frame([row(1), row(2, "x" * (70 * 1024 * 1024)), row(3)]))
+    report = import_run("wandb", f, tmp_path / "run", framework="verl")
+    assert [i.problem for i in report.issues] == ["oversized"]
+    assert report.rows == 2 and report.steps == (1, 3)
