@@ -2,7 +2,8 @@
 endpoint, so the dashboards, the alerts and ``rlobs doctor --follow`` work on a running job with no code change.
 
 Supported: JSON-lines logs that grow by appending (verl's FileLogger ``VERL_FILE_LOGGER_PATH``, any framework's
-JSON lines with ``--framework``). Each complete line is converted with the framework's metric map (and
+JSON lines with ``--framework``) and TensorBoard folders (the newest event file; CRC-checked records, one row
+per step, a step emitted when the next one starts or after ``hold_s`` without new records). Each complete line is converted with the framework's metric map (and
 ``--map``), emitted through the recorder (run store + Prometheus sink), and marked in the record with a
 ``scalar`` event ``rlobs/follow_offset`` (the byte offset after the line, emitted after the line's events).
 
@@ -29,7 +30,7 @@ from rlobs.importers import readers
 from rlobs.importers.mapping import MetricTable, convert, load_user_map
 from rlobs.importers.report import ImportFailed, ImportReport
 
-FORMATS = ("verl", "jsonl")
+FORMATS = ("verl", "jsonl", "tensorboard")
 STATE_FILE = "follow_state.json"
 REPORT_FILE = "follow_report.json"
 OFFSET_METRIC = "rlobs/follow_offset"
@@ -48,8 +49,10 @@ class Follower:
 
         if fmt not in FORMATS:
             raise ImportFailed(f"rlobs follow reads {', '.join(FORMATS)} logs; {fmt!r} is not one "
-                               "(TensorBoard, TRL and wandb folders: import them after the run with rlobs import)")
+                               "(TRL and wandb folders: import them after the run with rlobs import)")
         fw = framework or ("verl" if fmt == "verl" else None)
+        if fmt == "tensorboard" and fw is None:
+            raise ImportFailed("give --framework for a TensorBoard folder (the metric names decide the map)")
         if fw is None or fw not in TABLES:
             raise ImportFailed(f"give --framework ({', '.join(TABLES)}) for {fmt} logs")
         table = TABLES[fw]
@@ -57,7 +60,8 @@ class Follower:
             table = MetricTable(framework=fw, exact={**table.exact, **load_user_map(map_file)},
                                 patterns=table.patterns, prefixes=table.prefixes)
         self.fmt, self.framework, self.table = fmt, fw, table
-        self.path, self.out = Path(path), Path(out)
+        self.base, self.out = Path(path), Path(out)
+        self.path = self.base
         self.poll_s = poll_s
         self.prometheus, self.metrics_port = prometheus, metrics_port
         self.report = ImportReport(source=str(self.path), source_format=f"{fmt} (followed)", framework=fw)
@@ -67,6 +71,10 @@ class Follower:
         self.lines = 0
         self._skip_to_newline = False
         self.rec: Any = None
+        self._held: tuple[int, dict[str, float], int, str] | None = None  # TensorBoard: (step, values, start, origin)
+        self._last_data = time.time()
+        self.hold_s = 1.0
+        self._reported: set[int] = set()
 
     # ---- state ----
     def _resume_point(self) -> None:
@@ -101,8 +109,17 @@ class Follower:
         os.replace(rep, self.out / REPORT_FILE)
 
     # ---- file handling ----
+    def _target(self) -> Path:
+        """The file to read: ``path``, or for a TensorBoard folder its newest event file (a new one = rotation)."""
+        if self.fmt == "tensorboard" and self.base.is_dir():
+            files = sorted((p for p in self.base.rglob("events.out.tfevents*") if p.is_file()),
+                           key=lambda p: (p.stat().st_mtime_ns, p.name))
+            return files[-1] if files else self.base / "events.out.tfevents.none"
+        return self.base
+
     def _open_current(self) -> bool:
         """Open the file at ``path`` if not open; handle rotation and truncation. True when a file is open."""
+        self.path = self._target()
         try:
             st = self.path.stat()
         except FileNotFoundError:
@@ -118,6 +135,7 @@ class Follower:
             return True
         if ident != self.ident:  # rotated: finish the old file, then switch
             if self._read_available() == 0:
+                self._flush_held()
                 self.fh.close()
                 self.fh = self.path.open("rb")
                 self.report.notes.append(f"{self.path} rotated after byte {self.offset}: following the new file")
@@ -132,6 +150,74 @@ class Follower:
         return True
 
     def _read_available(self) -> int:
+        if self.fmt == "tensorboard":
+            return self._read_tensorboard()
+        return self._read_lines()
+
+    def _read_tensorboard(self) -> int:
+        """Every whole, CRC-checked record after ``offset``; one row per step, emitted when the next step starts
+        (or after ``hold_s`` without new records: the writer flushes a step's scalars together)."""
+        from tensorboard.compat.proto import event_pb2
+
+        from rlobs.importers import tensorboard as tb
+        from rlobs.importers.mapping import MetricRow
+
+        self.fh.seek(self.offset)
+        data = self.fh.read(_READ)
+        payloads, damage = tb.records(data)
+        for off, problem, detail in damage:
+            if problem == "truncated":  # the writer is mid-record: wait for the rest
+                break
+            if (self.offset + off) not in self._reported:
+                self._reported.add(self.offset + off)
+                self.report.issue(f"{self.path.name}:byte {self.offset + off}", problem, detail)
+        end = 0
+        for off, raw in payloads:
+            end = off + 16 + len(raw)
+            try:
+                event = event_pb2.Event.FromString(raw)
+            except Exception as exc:  # noqa: BLE001 - any decode failure of a CRC-valid record is reported
+                self.report.issue(f"{self.path.name}:byte {self.offset + off}", "malformed", str(exc)[:200])
+                continue
+            if not event.HasField("summary"):
+                continue
+            values = {}
+            for v in event.summary.value:
+                x = tb._scalar(v)
+                if x is not None:
+                    values[v.tag] = x
+            if not values:
+                continue
+            step = int(event.step)
+            if self._held is not None and self._held[0] != step:
+                self._emit_rows([(MetricRow(self._held[0], self._held[1], self._held[3]), self.offset + off)])
+                self._held = None
+            if self._held is None:
+                self._held = (step, values, self.offset + off, f"{self.path.name}:byte {self.offset + off}")
+            else:
+                self._held[1].update(values)
+        consumed = end
+        if consumed:
+            self.lines += len(payloads)
+            self.offset += consumed
+            self._last_data = time.time()
+        elif self._held is not None and time.time() - self._last_data > self.hold_s:
+            self._flush_held()
+        return consumed
+
+    def _flush_held(self) -> None:
+        from rlobs.importers.mapping import MetricRow
+
+        if self._held is not None and self.rec is not None:
+            self._emit_rows([(MetricRow(self._held[0], self._held[1], self._held[3]), self.offset)])
+            self._held = None
+            self.rec.flush(timeout=30.0)
+            self._save_state()
+
+    def _emit_rows(self, rows: list[tuple[Any, int]]) -> None:
+        self._emit(rows, rows[-1][1] if rows else self.offset)
+
+    def _read_lines(self) -> int:
         """Read and emit every complete line after ``offset``; returns the number of bytes consumed."""
         self.fh.seek(self.offset)
         data = self.fh.read(_READ)
@@ -213,6 +299,7 @@ class Follower:
             self.close()
 
     def close(self) -> None:
+        self._flush_held()
         if self.rec is not None:
             self.rec.close()
             self.rec = None

@@ -148,3 +148,38 @@ def test_a_real_prometheus_alert_fires_within_3_scrape_intervals_of_the_line(tmp
     finally:
         p.send_signal(signal.SIGTERM)
         p.wait(timeout=30)
+
+
+def test_tensorboard_folder_followed_step_by_step_and_resumed_without_duplicates(tmp_path):
+    from torch.utils.tensorboard import SummaryWriter
+
+    tb, run = tmp_path / "tb", tmp_path / "run"
+    w = SummaryWriter(log_dir=str(tb))
+
+    def write(steps):
+        for s in steps:
+            for k, v in (("actor/grad_norm", 0.3 + s / 100), ("actor/pg_loss", -0.01), ("critic/score/mean", 0.1)):
+                w.add_scalar(k, v, s)
+        w.flush()
+
+    write(range(1, 11))
+    f = Follower("tensorboard", tb, run, framework="verl", prometheus=False)
+    f.hold_s = 0.0
+    f.start()
+    f.poll_once()
+    f.poll_once()  # idle: the held last step is emitted
+    write(range(11, 16))
+    f.poll_once()
+    f.close()  # stop (the held step is emitted on close)
+    write(range(16, 21))
+    w.close()
+    g = Follower("tensorboard", tb, run, framework="verl", prometheus=False)
+    g.hold_s = 0.0
+    g.start()
+    for _ in range(3):
+        g.poll_once()
+    g.close()
+    with rlobs.open_run(run) as rec:
+        rows = rec.sql("SELECT step, grad_norm FROM train_step ORDER BY step").fetchall()
+    assert [s for s, _ in rows] == list(range(1, 21))
+    assert all(abs(g_ - (0.3 + s / 100)) < 1e-6 for s, g_ in rows)
