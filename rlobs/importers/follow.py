@@ -3,7 +3,9 @@ endpoint, so the dashboards, the alerts and ``rlobs doctor --follow`` work on a 
 
 Supported: JSON-lines logs that grow by appending (verl's FileLogger ``VERL_FILE_LOGGER_PATH``, any framework's
 JSON lines with ``--framework``) and TensorBoard folders (the newest event file; CRC-checked records, one row
-per step, a step emitted when the next one starts or after ``hold_s`` without new records). Each complete line is converted with the framework's metric map (and
+per step, a step emitted when the next one starts or after ``hold_s`` without new records) and TRL output
+folders (the newest ``checkpoint-*/trainer_state.json``, re-read when it changes; the rows after the last step
+emitted; there the marker holds that step). Each complete line is converted with the framework's metric map (and
 ``--map``), emitted through the recorder (run store + Prometheus sink), and marked in the record with a
 ``scalar`` event ``rlobs/follow_offset`` (the byte offset after the line, emitted after the line's events).
 
@@ -30,7 +32,7 @@ from rlobs.importers import readers
 from rlobs.importers.mapping import MetricTable, convert, load_user_map
 from rlobs.importers.report import ImportFailed, ImportReport
 
-FORMATS = ("verl", "jsonl", "tensorboard")
+FORMATS = ("verl", "jsonl", "tensorboard", "trl")
 STATE_FILE = "follow_state.json"
 REPORT_FILE = "follow_report.json"
 OFFSET_METRIC = "rlobs/follow_offset"
@@ -49,8 +51,8 @@ class Follower:
 
         if fmt not in FORMATS:
             raise ImportFailed(f"rlobs follow reads {', '.join(FORMATS)} logs; {fmt!r} is not one "
-                               "(TRL and wandb folders: import them after the run with rlobs import)")
-        fw = framework or ("verl" if fmt == "verl" else None)
+                               "(wandb run folders: import them after the run with rlobs import)")
+        fw = framework or ({"verl": "verl", "trl": "trl"}.get(fmt))
         if fmt == "tensorboard" and fw is None:
             raise ImportFailed("give --framework for a TensorBoard folder (the metric names decide the map)")
         if fw is None or fw not in TABLES:
@@ -280,7 +282,44 @@ class Follower:
                               prometheus=self.prometheus, metrics_port=self.metrics_port, otel=False,
                               set_global=False, flush_interval=0.1)
 
+    def _read_trl(self) -> int:
+        """TRL output folder (or trainer_state.json): re-read the newest checkpoint's log_history when it changes
+        and emit the rows after the last step emitted (``offset`` holds that step for this format)."""
+        from rlobs.importers import _trl_state_in
+
+        state = _trl_state_in(self.base) if self.base.is_dir() else self.base
+        if state is None or not state.exists():
+            return 0
+        st = state.stat()
+        seen = [str(state), st.st_mtime_ns, st.st_size]
+        if seen == self.ident:
+            return 0
+        scratch = ImportReport(source=str(state))
+        try:
+            rows = readers.read_trl_state(state, scratch)
+        except ImportFailed:
+            return 0  # being rewritten: try again at the next poll
+        self.ident, self.path = seen, state
+        new = [r for r in rows if r.step is not None and r.step > self.offset]
+        if not new:
+            return 0
+        src = f"{self.framework}:{state.name}"
+        events = convert(new, self.table, self.report, source=src)
+        for i, (step, kind, fields) in enumerate(events):
+            self.rec.emit(kind, step=step, **fields)
+            if i + 1 == len(events) or events[i + 1][0] != step:
+                self.rec.emit("scalar", step=step, name=OFFSET_METRIC, value=float(step), source="rlobs follow")
+        self.lines += len(new)
+        self.offset = max(r.step for r in new)
+        return len(new)
+
     def poll_once(self) -> int:
+        if self.fmt == "trl":
+            n = self._read_trl()
+            if n:
+                self.rec.flush(timeout=30.0)
+                self._save_state()
+            return n
         if not self._open_current():
             return 0
         n = self._read_available()

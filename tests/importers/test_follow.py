@@ -183,3 +183,31 @@ def test_tensorboard_folder_followed_step_by_step_and_resumed_without_duplicates
         rows = rec.sql("SELECT step, grad_norm FROM train_step ORDER BY step").fetchall()
     assert [s for s, _ in rows] == list(range(1, 21))
     assert all(abs(g_ - (0.3 + s / 100)) < 1e-6 for s, g_ in rows)
+
+
+def test_trl_output_folder_followed_across_checkpoints_and_a_restart(tmp_path):
+    from transformers import TrainerState
+
+    out, run = tmp_path / "out", tmp_path / "run"
+
+    def checkpoint(n: int) -> None:
+        state = TrainerState(global_step=n, max_steps=100, logging_steps=1)
+        state.log_history = [{"loss": 0.1, "grad_norm": 0.2 + s / 100, "reward": 0.5, "step": s} for s in range(1, n + 1)]
+        (out / f"checkpoint-{n}").mkdir(parents=True)
+        state.save_to_json(str(out / f"checkpoint-{n}" / "trainer_state.json"))
+
+    checkpoint(2)
+    f = Follower("trl", out, run, prometheus=False)
+    f.start()
+    assert f.poll_once() == 2
+    checkpoint(4)
+    assert f.poll_once() == 2 and f.poll_once() == 0
+    f.close()
+    checkpoint(6)
+    g = Follower("trl", out, run, prometheus=False)
+    g.start()
+    assert g.poll_once() == 2
+    g.close()
+    with rlobs.open_run(run) as rec:
+        rows = rec.sql("SELECT step, grad_norm FROM train_step ORDER BY step").fetchall()
+    assert rows == [(s, pytest.approx(0.2 + s / 100)) for s in range(1, 7)]
