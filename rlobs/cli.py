@@ -262,9 +262,10 @@ def import_cmd(source: str = typer.Argument(..., help="verl | openrlhf | trl | a
 # --- follow: tail a growing log into a run record and /metrics (rlobs.importers.follow; imported lazily) ---
 @app.command()
 def follow(fmt: str = typer.Argument(..., metavar="FORMAT",
-                                     help="verl (FileLogger JSONL) | jsonl | tensorboard (with --framework) | "
-                                          "trl (output folder)"),
-           path: Path = typer.Argument(..., help="the log file (or TensorBoard folder) a running job appends to"),
+                                     help="verl (FileLogger JSONL) | jsonl | tensorboard | wandb (with --framework) "
+                                          "| trl (output folder)"),
+           path: Path = typer.Argument(..., help="the log file (or TensorBoard / TRL output / wandb folder) a running "
+                                                 "job writes"),
            out: Path = typer.Option(..., "--out", help="run directory (created, or resumed where it stopped)"),
            framework: str = typer.Option(None, "--framework", help="metric map for jsonl logs"),
            map_file: Path = typer.Option(None, "--map", help="JSON name map, as for rlobs import"),

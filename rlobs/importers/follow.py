@@ -5,7 +5,8 @@ Supported: JSON-lines logs that grow by appending (verl's FileLogger ``VERL_FILE
 JSON lines with ``--framework``) and TensorBoard folders (the newest event file; CRC-checked records, one row
 per step, a step emitted when the next one starts or after ``hold_s`` without new records) and TRL output
 folders (the newest ``checkpoint-*/trainer_state.json``, re-read when it changes; the rows after the last step
-emitted; there the marker holds that step). Each complete line is converted with the framework's metric map (and
+emitted; there the marker holds that step) and wandb run folders (the newest ``run-<id>.wandb``, record by
+record, CRC-checked; a record mid-write waits). Each complete line is converted with the framework's metric map (and
 ``--map``), emitted through the recorder (run store + Prometheus sink), and marked in the record with a
 ``scalar`` event ``rlobs/follow_offset`` (the byte offset after the line, emitted after the line's events).
 
@@ -32,7 +33,7 @@ from rlobs.importers import readers
 from rlobs.importers.mapping import MetricTable, convert, load_user_map
 from rlobs.importers.report import ImportFailed, ImportReport
 
-FORMATS = ("verl", "jsonl", "tensorboard", "trl")
+FORMATS = ("verl", "jsonl", "tensorboard", "trl", "wandb")
 STATE_FILE = "follow_state.json"
 REPORT_FILE = "follow_report.json"
 OFFSET_METRIC = "rlobs/follow_offset"
@@ -53,8 +54,8 @@ class Follower:
             raise ImportFailed(f"rlobs follow reads {', '.join(FORMATS)} logs; {fmt!r} is not one "
                                "(wandb run folders: import them after the run with rlobs import)")
         fw = framework or ({"verl": "verl", "trl": "trl"}.get(fmt))
-        if fmt == "tensorboard" and fw is None:
-            raise ImportFailed("give --framework for a TensorBoard folder (the metric names decide the map)")
+        if fmt in ("tensorboard", "wandb") and fw is None:
+            raise ImportFailed(f"give --framework for a {fmt} run (the metric names decide the map)")
         if fw is None or fw not in TABLES:
             raise ImportFailed(f"give --framework ({', '.join(TABLES)}) for {fmt} logs")
         table = TABLES[fw]
@@ -77,6 +78,7 @@ class Follower:
         self._last_data = time.time()
         self.hold_s = 1.0
         self._reported: set[int] = set()
+        self._reported_where: set[str] = set()
 
     # ---- state ----
     def _resume_point(self) -> None:
@@ -113,6 +115,10 @@ class Follower:
     # ---- file handling ----
     def _target(self) -> Path:
         """The file to read: ``path``, or for a TensorBoard folder its newest event file (a new one = rotation)."""
+        if self.fmt == "wandb" and self.base.is_dir():
+            files = sorted((p for p in self.base.rglob("*.wandb") if p.is_file()),
+                           key=lambda p: (p.stat().st_mtime_ns, p.name))
+            return files[-1] if files else self.base / "run-none.wandb"
         if self.fmt == "tensorboard" and self.base.is_dir():
             files = sorted((p for p in self.base.rglob("events.out.tfevents*") if p.is_file()),
                            key=lambda p: (p.stat().st_mtime_ns, p.name))
@@ -154,7 +160,49 @@ class Follower:
     def _read_available(self) -> int:
         if self.fmt == "tensorboard":
             return self._read_tensorboard()
+        if self.fmt == "wandb":
+            return self._read_wandb()
         return self._read_lines()
+
+    def _read_wandb(self) -> int:
+        """Whole, CRC-checked records of the run file after ``offset``; each history record is a row."""
+        import mmap
+
+        from wandb.proto import wandb_internal_pb2
+
+        from rlobs.importers import wandb_binary as wb
+
+        size = os.fstat(self.fh.fileno()).st_size
+        if size <= max(self.offset, wb.FILE_HEADER):
+            return 0
+        data = mmap.mmap(self.fh.fileno(), 0, access=mmap.ACCESS_READ)
+        try:
+            scratch = ImportReport(source=str(self.path))
+            ends: list[int] = []
+            rows = []
+            for (off, raw), end in zip(wb.chunks_to_records(data, self.path.name, scratch, self.offset, ends), ends):
+                rec = wandb_internal_pb2.Record.FromString(raw)
+                if rec.WhichOneof("record_type") == "history":
+                    row = wb.history_row(rec.history, f"{self.path.name}:byte {off}", self.report)
+                    if row is not None:
+                        rows.append((row, end))
+                last = end
+        except Exception as exc:  # noqa: BLE001 - a damaged record is reported; the rest waits or is skipped
+            self.report.issue(f"{self.path.name}:byte {self.offset}", "malformed", str(exc)[:200])
+            return 0
+        finally:
+            data.close()
+        for i in scratch.issues:
+            if i.problem != "truncated" and i.where not in self._reported_where:
+                self._reported_where.add(i.where)
+                self.report.issues.append(i)
+        if not ends:
+            return 0
+        self._emit(rows, last)
+        self.lines += len(rows)
+        consumed = last - self.offset
+        self.offset = last
+        return consumed
 
     def _read_tensorboard(self) -> int:
         """Every whole, CRC-checked record after ``offset``; one row per step, emitted when the next step starts

@@ -50,12 +50,14 @@ def run_files(path: Path) -> list[Path]:
     return sorted(p for p in path.rglob("*.wandb") if p.is_file())
 
 
-def chunks_to_records(data: Any, name: str, report: ImportReport) -> Iterator[tuple[int, bytes]]:
-    """(offset, record bytes) for each whole record whose chunks all pass their CRC."""
+def chunks_to_records(data: Any, name: str, report: ImportReport, start_at: int = FILE_HEADER,
+                      ends: list[int] | None = None) -> Iterator[tuple[int, bytes]]:
+    """(offset, record bytes) for each whole record whose chunks all pass their CRC, from ``start_at`` (a chunk
+    boundary); ``ends`` (if given) receives the offset after each yielded record (a resume point)."""
     size = len(data)
     if size < FILE_HEADER or bytes(data[:4]) != MAGIC:
         raise ImportFailed(f"{name}: not a wandb run file (no ':W&B' header)")
-    pos = FILE_HEADER
+    pos = max(FILE_HEADER, start_at)
     parts: list[bytes] = []
     start: int | None = None
     while pos < size:
@@ -91,6 +93,8 @@ def chunks_to_records(data: Any, name: str, report: ImportReport) -> Iterator[tu
             if parts:
                 report.issue(f"{name}:byte {start}", "corrupt", "record without its last chunk: skipped")
             parts, start = [], None
+            if ends is not None:
+                ends.append(end)
             yield pos, body
         elif kind == FIRST:
             if parts:
@@ -102,6 +106,8 @@ def chunks_to_records(data: Any, name: str, report: ImportReport) -> Iterator[tu
             parts.append(body)
         else:
             parts.append(body)
+            if ends is not None:
+                ends.append(end)
             yield start if start is not None else pos, b"".join(parts)
             parts, start = [], None
         if parts and len(parts) * BLOCK > MAX_RECORD:
@@ -127,7 +133,7 @@ def chunks_to_records(data: Any, name: str, report: ImportReport) -> Iterator[tu
         report.issue(f"{name}:byte {start}", "truncated", "last record cut off (run still writing?)")
 
 
-def _history_row(history: Any, where: str, report: ImportReport) -> MetricRow | None:
+def history_row(history: Any, where: str, report: ImportReport) -> MetricRow | None:
     values: dict[str, Any] = {}
     if len(history.item) > MAX_KEYS:
         report.issue(where, "oversized", f"{len(history.item)} names in one row skipped (limit {MAX_KEYS})")
@@ -179,7 +185,7 @@ def read(path: Path, report: ImportReport) -> list[MetricRow]:
             kind = record.WhichOneof("record_type") or "empty"
             counts[kind] = counts.get(kind, 0) + 1
             if kind == "history":
-                row = _history_row(record.history, where, report)
+                row = history_row(record.history, where, report)
                 if row is not None:
                     rows.append(row)
     if counts:

@@ -211,3 +211,35 @@ def test_trl_output_folder_followed_across_checkpoints_and_a_restart(tmp_path):
     with rlobs.open_run(run) as rec:
         rows = rec.sql("SELECT step, grad_norm FROM train_step ORDER BY step").fetchall()
     assert rows == [(s, pytest.approx(0.2 + s / 100)) for s in range(1, 7)]
+
+
+def test_wandb_run_file_followed_as_it_grows_and_across_a_restart(tmp_path):
+    pytest.importorskip("wandb")
+    from tests.importers import fixtures as fx
+
+    src = fx.write_wandb_sdk_run(tmp_path / "sdk", "verl", steps=30)
+    (run_file,) = src.glob("run-*.wandb")
+    data = run_file.read_bytes()
+    live = tmp_path / "live" / "offline-run-x"
+    live.mkdir(parents=True)
+    target = live / run_file.name
+    cut1, cut2 = len(data) // 3 + 5, 2 * len(data) // 3 + 11  # both mid-record
+    target.write_bytes(data[:cut1])
+    f = Follower("wandb", tmp_path / "live", tmp_path / "run", framework="verl", prometheus=False)
+    f.start()
+    f.poll_once()
+    with target.open("ab") as fh:
+        fh.write(data[cut1:cut2])
+    f.poll_once()
+    f.close()
+    with target.open("ab") as fh:
+        fh.write(data[cut2:])
+    g = Follower("wandb", tmp_path / "live", tmp_path / "run", framework="verl", prometheus=False)
+    g.start()
+    g.poll_once()
+    g.close()
+    with rlobs.open_run(tmp_path / "run") as rec:
+        rows = rec.sql("SELECT step, grad_norm FROM train_step ORDER BY step").fetchall()
+    assert [s for s, _ in rows] == list(range(1, 31))
+    assert all(g_ == fx.verl_metrics(s)["actor/grad_norm"] for s, g_ in rows)
+    assert json.loads((tmp_path / "run" / "follow_report.json").read_text())["issues"] == []
