@@ -280,9 +280,15 @@ def follow(fmt: str = typer.Argument(..., metavar="FORMAT",
     import time as _time
 
     from rlobs import exitcodes
-    from rlobs.importers import ImportFailed
-    from rlobs.importers.follow import Follower
+    from rlobs.importers import FRAMEWORKS, ImportFailed
+    from rlobs.importers.follow import FORMATS, Follower
 
+    if fmt not in FORMATS or (framework is not None and framework not in FRAMEWORKS) or \
+            (framework is None and fmt in ("jsonl", "tensorboard", "wandb")):
+        err_console.print(f"[bold red]error:[/] FORMAT is one of {', '.join(FORMATS)}; --framework (one of "
+                          f"{', '.join(FRAMEWORKS)}) is needed for jsonl, tensorboard and wandb "
+                          f"(got {fmt!r}, {framework!r})")
+        raise typer.Exit(exitcodes.USAGE)
     stopping: list[bool] = []
     signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
     try:
