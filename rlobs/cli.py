@@ -301,19 +301,24 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
 
 # --- import (rlobs.importers; imported lazily) ---
 @app.command("import")
-def import_cmd(source: str = typer.Argument(..., help="verl | openrlhf | trl | wandb | tensorboard"),
+def import_cmd(source: str = typer.Argument(..., help="verl | openrlhf | trl | areal | slime | nemo-rl | prime-rl | "
+                                                      "wandb | tensorboard"),
                path: Path = typer.Argument(..., help="log file or folder: JSONL / console log / trainer_state.json / "
                                                      "checkpoint folder / wandb run folder or export / TensorBoard folder"),
                out: Path = typer.Option(..., "--out", help="new run directory to write"),
                framework: str = typer.Option(None, "--framework",
-                                             help="verl | openrlhf | trl (default: the source, or detected from names)"),
-               as_json: bool = typer.Option(False, "--json", help="print the import report as JSON")) -> None:
+                                             help="verl | openrlhf | trl | areal | slime | nemo-rl | prime-rl "
+                                                  "(default: the source, or detected from names)"),
+               as_json: bool = typer.Option(False, "--json", help="print the import report as JSON"),
+               map_file: Path = typer.Option(None, "--map",
+                                             help='JSON {"logged name": "kind.field [key=value] (op)"} for custom '
+                                                  "names (adds to / overrides the framework table)")) -> None:
     """Import another trainer's metric log into a run record (then: rlobs doctor OUT). Exit 65 when nothing
     could be imported; lines that could not be read are listed, never silently dropped."""
     from rlobs.importers import ImportFailed, import_run
 
     try:
-        report = import_run(source, path, out, framework=framework)
+        report = import_run(source, path, out, framework=framework, map_file=map_file)
     except ImportFailed as exc:
         raise fail(exc, exitcodes.INPUT) from None
     if as_json:
@@ -322,6 +327,55 @@ def import_cmd(source: str = typer.Argument(..., help="verl | openrlhf | trl | w
     for line in report.summary_lines():
         console.print(line, highlight=False, soft_wrap=True)
     console.print(f"wrote {out} (report: {out / 'import_report.json'}); next: rlobs doctor {out}", highlight=False)
+
+
+# --- follow: tail a growing log into a run record and /metrics (rlobs.importers.follow; imported lazily) ---
+@app.command()
+def follow(fmt: str = typer.Argument(..., metavar="FORMAT",
+                                     help="verl (FileLogger JSONL) | jsonl | tensorboard | wandb (with --framework) "
+                                          "| trl (output folder)"),
+           path: Path = typer.Argument(..., help="the log file (or TensorBoard / TRL output / wandb folder) a running "
+                                                 "job writes"),
+           out: Path = typer.Option(..., "--out", help="run directory (created, or resumed where it stopped)"),
+           framework: str = typer.Option(None, "--framework", help="metric map for jsonl logs"),
+           map_file: Path = typer.Option(None, "--map", help="JSON name map, as for rlobs import"),
+           metrics_port: int = typer.Option(None, "--metrics-port", help="/metrics port (default: a free one; "
+                                                                         "RUN/prometheus_sd/ names it)"),
+           poll: float = typer.Option(0.2, "--poll", help="seconds between checks for new lines"),
+           seconds: float = typer.Option(None, "--seconds", help="stop after this long (default: until killed)")
+           ) -> None:
+    """Tail a growing metric log into a run record and a /metrics endpoint (dashboards, alerts, rlobs doctor
+    --follow on a running job). Restart-safe: resumes at the last line recorded, without duplicates."""
+    import signal
+    import time as _time
+
+    from rlobs.importers import FRAMEWORKS, ImportFailed
+    from rlobs.importers.follow import FORMATS, Follower
+
+    if fmt not in FORMATS or (framework is not None and framework not in FRAMEWORKS) or \
+            (framework is None and fmt in ("jsonl", "tensorboard", "wandb")):
+        raise fail(f"FORMAT is one of {', '.join(FORMATS)}; --framework (one of {', '.join(FRAMEWORKS)}) is "
+                   f"needed for jsonl, tensorboard and wandb (got {fmt!r}, {framework!r})", exitcodes.USAGE)
+    stopping: list[bool] = []
+    signal.signal(signal.SIGTERM, lambda *_: stopping.append(True))
+    try:
+        f = Follower(fmt, path, out, framework=framework, map_file=map_file, metrics_port=metrics_port, poll_s=poll)
+        f.start()
+    except ImportFailed as exc:
+        raise fail(exc, exitcodes.INPUT) from None
+    sys.stdout.write(json.dumps({"following": str(path), "out": str(out), "offset": f.offset}) + "\n")
+    sys.stdout.flush()
+    until = _time.time() + seconds if seconds else None
+    try:
+        while not stopping and (until is None or _time.time() < until):
+            if f.poll_once() == 0:
+                _time.sleep(poll)
+    except KeyboardInterrupt:
+        pass
+    finally:
+        f.close()
+    console.print(f"followed {f.lines} line(s) of {path} into {out} (offset {f.offset}; issues: "
+                  f"{len(f.report.issues)}, see {out / 'follow_report.json'})", highlight=False)
 
 
 # --- replay: the Streamlit triage and replay app (rlobs.app; streamlit runs in a child process) ---

@@ -17,13 +17,32 @@ import re
 from pathlib import Path
 from typing import Any
 
-from rlobs.importers import openrlhf, readers, tensorboard, trl, verl, wandb
-from rlobs.importers.mapping import MetricRow, MetricTable, Target, convert
+from rlobs.importers import (
+    areal,
+    nemo_rl,
+    openrlhf,
+    prime_rl,
+    readers,
+    slime,
+    tensorboard,
+    trl,
+    verl,
+    wandb,
+)
+from rlobs.importers.mapping import (
+    MetricRow,
+    MetricTable,
+    Target,
+    convert,
+    load_user_map,
+)
 from rlobs.importers.report import REPORT_FILE, ImportFailed, ImportReport
 
-TABLES: dict[str, MetricTable] = {"verl": verl.TABLE, "openrlhf": openrlhf.TABLE, "trl": trl.TABLE}
+TABLES: dict[str, MetricTable] = {"verl": verl.TABLE, "openrlhf": openrlhf.TABLE, "trl": trl.TABLE,
+                                   "areal": areal.TABLE, "slime": slime.TABLE, "nemo-rl": nemo_rl.TABLE,
+                                   "prime-rl": prime_rl.TABLE}
 FRAMEWORKS = tuple(TABLES)
-SOURCES = ("verl", "openrlhf", "trl", "wandb", "tensorboard")
+SOURCES = (*FRAMEWORKS, "wandb", "tensorboard")
 GENERIC = MetricTable(framework="generic", exact={})
 FLUSH_EVERY = 50_000
 
@@ -66,10 +85,12 @@ def read_rows(source: str, path: Path, report: ImportReport) -> list[MetricRow]:
         state = _trl_state_in(path) if source == "trl" else None
         if state is not None:
             path = state
-        elif any(path.rglob(wandb.HISTORY)) or any(path.rglob(wandb.CONSOLE)):
+        elif any(path.rglob(wandb.HISTORY)) or any(path.rglob(wandb.CONSOLE)) or wandb.has_run_file(path):
             return wandb.read(path, report)
         else:
             return tensorboard.read(path, report)
+    if wandb.has_run_file(path):
+        return wandb.read(path, report)
     report.source = str(path)
     fmt = readers.sniff(path)
     report.source_format = fmt
@@ -100,9 +121,10 @@ def detect_framework(rows: list[MetricRow]) -> tuple[str, dict[str, int]]:
 
 
 def import_run(source: str, path: str | Path, out: str | Path, *, framework: str | None = None,
-               name: str | None = None) -> ImportReport:
+               name: str | None = None, map_file: str | Path | None = None) -> ImportReport:
     """Import ``path`` into a new run record at ``out``. Raises ImportFailed (with the reason) when
-    nothing can be imported or ``out`` already holds a record."""
+    nothing can be imported or ``out`` already holds a record. ``map_file``: a JSON object of
+    ``{"logged name": "kind.field [key=value] (op)"}`` that adds to (and overrides) the framework's table."""
     import rlobs
 
     path, out = Path(path), Path(out)
@@ -110,6 +132,7 @@ def import_run(source: str, path: str | Path, out: str | Path, *, framework: str
         raise ImportFailed(f"{out} already holds a run record; import into a new folder")
     if framework is not None and framework not in TABLES:
         raise ImportFailed(f"unknown framework {framework!r}; valid: {', '.join(FRAMEWORKS)}")
+    user = load_user_map(map_file) if map_file is not None else {}
     report = ImportReport(source=str(path))
     rows = read_rows(source, path, report)
     detected, scores = detect_framework(rows) if len(rows) else ("generic", {})
@@ -120,6 +143,10 @@ def import_run(source: str, path: str | Path, out: str | Path, *, framework: str
         report.notes.append("no known framework metric names: everything was kept as scalar events")
     report.framework = fw
     table = TABLES.get(fw, GENERIC)
+    if user:
+        table = MetricTable(framework=table.framework, exact={**table.exact, **user}, patterns=table.patterns,
+                            prefixes=table.prefixes)
+        report.notes.append(f"{len(user)} name(s) mapped by {map_file}")
     events = convert(rows, table, report, source=f"{fw}:{Path(report.source).name}")
     steps = [s for s, _k, _f in events if s is not None]
     report.steps = (min(steps), max(steps)) if steps else None

@@ -23,10 +23,11 @@ from typing import Any
 from rlobs.importers.report import ImportReport
 from rlobs.schema import KINDS
 
-OPS = ("value", "absmax", "int")
+OPS = ("value", "absmax", "int", "alias")
 # Where a row's step comes from, first match wins: OpenRLHF / TRL-on-wandb log ``train/global_step`` (wandb's
 # own ``_step`` may differ from it); verl's file logger and TRL's log_history use ``step``.
-STEP_KEYS = ("train/global_step", "step", "global_step", "training/global_step", "Step", "_step")
+STEP_KEYS = ("train/global_step", "step", "global_step", "training/global_step", "Step", "_step", "train/step",
+             "rollout/step")
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,7 @@ class Target:
 
     kind: str
     field: str
-    op: str = "value"  # value | absmax (|x|, max over names) | int (rounded count)
+    op: str = "value"  # value | absmax (|x|, max over names) | int (rounded count) | alias (copy; original kept too)
     fixed: Mapping[str, Any] = field(default_factory=dict)
     note: str = ""
 
@@ -76,7 +77,9 @@ class MetricTable:
 
     def lookup(self, name: str) -> Target | None:
         key = self.normalise(name)
-        hit = self.exact.get(key)
+        hit = self.exact.get(name) if key != name else None
+        if hit is None:
+            hit = self.exact.get(key)
         if hit is not None:
             return hit
         for pattern, target in self.patterns:
@@ -105,10 +108,16 @@ def _number(value: Any) -> float | None:
         return float(value)
     if isinstance(value, str):  # console logs print numbers as text ("1.49e-08", "nan")
         try:
-            return float(value.strip())
+            v = float(value.strip())
         except ValueError:
             return None
+        if math.isinf(v) and "inf" not in value.lower():
+            return None  # "1e999", a 5000-digit number: beyond float64, not an infinity anyone logged
+        return v
     return None
+
+
+INT64_MAX = 2**63 - 1
 
 
 def pick_step(row: Mapping[str, Any], keys: Iterable[str]) -> tuple[int | None, str | None]:
@@ -116,7 +125,7 @@ def pick_step(row: Mapping[str, Any], keys: Iterable[str]) -> tuple[int | None, 
     for key in keys:
         if key in row:
             v = _number(row[key])
-            if v is not None and math.isfinite(v):
+            if v is not None and math.isfinite(v) and abs(v) <= INT64_MAX:
                 return int(v), key
     return None, None
 
@@ -156,13 +165,17 @@ def convert(rows: Iterable[MetricRow], table: MetricTable, report: ImportReport,
             report.mapped.setdefault(name, target.label())
             key = (target.kind, tuple(sorted(target.fixed.items())))
             fields = bucket.events.setdefault(key, dict(target.fixed))
-            if target.op == "absmax":
+            if target.op == "alias":  # the field gets the value and the original name stays a scalar
+                if target.field not in fields or target.field in target.fixed:
+                    fields[target.field] = value
+                bucket.scalars.append((name, value))
+            elif target.op == "absmax":
                 v = abs(value)
                 prev = fields.get(target.field)
                 fields[target.field] = v if prev is None or not (prev >= v) else prev
                 bucket.scalars.append((name, value))  # the sign is lost in the event: keep the original too
             elif target.op == "int":
-                if math.isfinite(value) and value == round(value):
+                if math.isfinite(value) and value == round(value) and abs(value) <= INT64_MAX:
                     fields[target.field] = int(value)
                 else:  # not a count: keep it as logged
                     bucket.scalars.append((name, value))
@@ -193,3 +206,58 @@ def _derive(kind: str, fields: dict[str, Any], step: int | None) -> None:
         fields.setdefault("outcome", "ok")
         if step is not None:
             fields.setdefault("version", step)
+
+
+_LABEL = re.compile(r"^\s*(\w+)\.(\w+)\s*(?:\[([^\]]*)\])?\s*(?:\((\w+)\))?\s*$")
+
+
+def parse_target(label: str) -> Target:
+    """``kind.field [key=value, ...] (op)``, the notation of docs/importers.md and ``Target.label()``;
+    ValueError with the reason otherwise."""
+    m = _LABEL.match(label)
+    if not m:
+        raise ValueError(f"{label!r} is not 'kind.field [key=value, ...] (op)'")
+    kind, fld, fixed_txt, op = m.groups()
+    fixed: dict[str, Any] = {}
+    for part in (fixed_txt or "").split(","):
+        if not part.strip():
+            continue
+        k, sep, v = part.partition("=")
+        if not sep or not k.strip():
+            raise ValueError(f"{label!r}: {part.strip()!r} is not key=value")
+        fixed[k.strip()] = v.strip()
+    return Target(kind, fld, op=op or "value", fixed=fixed)
+
+
+def load_user_map(path: Any) -> dict[str, Target]:
+    """A ``--map`` file: a JSON object ``{"logged name": "kind.field [k=v] (op)", ...}``."""
+    import json
+    from pathlib import Path
+
+    from rlobs.importers.report import ImportFailed
+
+    p = Path(path)
+    try:
+        raw = p.read_bytes()
+    except OSError as exc:
+        raise ImportFailed(f"--map {p}: cannot read: {exc}") from None
+    if len(raw) > 16 * 1024 * 1024:
+        raise ImportFailed(f"--map {p}: {len(raw)} bytes; a mapping file may have at most 16 MiB")
+    try:
+        obj = json.loads(raw)
+    except (ValueError, RecursionError) as exc:
+        raise ImportFailed(f"--map {p}: not JSON ({str(exc)[:120]}); expected "
+                           '{"logged name": "kind.field [key=value] (op)", ...}') from None
+    if not isinstance(obj, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in obj.items()):
+        raise ImportFailed(f"--map {p}: expected a JSON object of strings: "
+                           '{"logged name": "kind.field [key=value] (op)", ...}')
+    out: dict[str, Target] = {}
+    bad = []
+    for name, label in obj.items():
+        try:
+            out[name] = parse_target(label)
+        except ValueError as exc:
+            bad.append(f"{name!r}: {exc}")
+    if bad:
+        raise ImportFailed(f"--map {p}: " + "; ".join(bad[:5]) + (f" (+{len(bad) - 5} more)" if len(bad) > 5 else ""))
+    return out

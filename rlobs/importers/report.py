@@ -50,6 +50,8 @@ class ImportReport:
             kind = f"dict {raw.get('_type', '')}".strip()
         elif type(raw).__name__ == "_Described":
             kind = str(raw)
+        elif isinstance(raw, str) and len(raw) > 40 and raw.strip().lstrip("+-").replace(".", "", 1).isdigit():
+            kind = f"number with {len(raw.strip())} characters (beyond float64)"
         else:
             kind = type(raw).__name__
         self.nonnumeric[name] = f"{n} value(s), e.g. {kind}"

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from rlobs.importers.mapping import MetricTable, Target
 
+# Read at trl f2cd57710ae345ea6428ae95363267fcf38a3dc8 (2026-07-24): trl/trainer/grpo_trainer.py,
+# trl/experimental/async_grpo/async_grpo_trainer.py.
+
 T = Target
 
 TABLE = MetricTable(
@@ -34,6 +37,10 @@ TABLE = MetricTable(
         "sampling/sampling_logp_difference/max": T("parity", "max_abs_dlogp"),
         "sampling/importance_sampling_ratio/mean": T("staleness", "is_ratio_mean"),
         "sampling/importance_sampling_ratio/max": T("staleness", "is_ratio_max"),
+        "clip_ratio/region_mean": T("scalar", "value", op="alias", fixed={"name": "rlobs/policy_clip_fraction"}),
+        # trl.experimental.async_grpo (AsyncGRPOTrainer)
+        "queue_wait_time_s": T("train_step", "data_wait_s", note="async GRPO: time the trainer waited on the queue"),
+        "weight_sync_time_s": T("weight_sync", "duration_s", fixed={"boundary": "end_to_end"}),
     },
     prefixes=("train/",),
 )

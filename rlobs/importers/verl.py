@@ -12,6 +12,11 @@ from __future__ import annotations
 
 from rlobs.importers.mapping import MetricTable, Target
 
+# Read at verl b178a3cd56f58b2d502255daba591e92833930a7 (2026-01-29): verl/trainer/ppo/metric_utils.py,
+# verl/trainer/ppo/ray_trainer.py, verl/utils/debug/metrics.py, verl/trainer/ppo/rollout_corr_helper.py,
+# verl/experimental/fully_async_policy/{detach_utils,fully_async_trainer,fully_async_rollouter}.py;
+# training/off_policy/* from the newer trainers' _compute_off_policy metrics (docs/importers.md).
+
 T = Target
 
 TABLE = MetricTable(
@@ -41,5 +46,29 @@ TABLE = MetricTable(
         "training/rollout_probs_diff_max": T("parity", "max_abs_dprob"),
         "perf/total_num_tokens": T("throughput", "tokens", op="int"),
         "perf/time_per_step": T("throughput", "window_s"),
+        # off-policy / async families (fully_async, one_step_off, separate async trainers)
+        "training/off_policy/trajectory_staleness/max": T("staleness", "max_staleness", op="int",
+                                                          note="versions the freshest weights of a trajectory lag"),
+        "training/off_policy/trajectory_staleness/mean": T("staleness", "mean_staleness"),
+        "fully_async/count/stale_samples_processed": T("scalar", "value", op="alias",
+                                                       fixed={"name": "rlobs/stale_samples_total"},
+                                                       note="cumulative count of consumed samples >= 1 version old"),
+        "fully_async/count/total_generated_samples": T("scalar", "value", op="alias",
+                                                       fixed={"name": "rlobs/generated_samples_total"}),
+        "trainer/idle_ratio": T("scalar", "value", op="alias", fixed={"name": "rlobs/trainer_idle_ratio"},
+                                note="timing_s/gen / timing_s/step: share of the step the trainer waits for samples"),
+        "fully_async/trainer/idle_ratio": T("scalar", "value", op="alias", fixed={"name": "rlobs/trainer_idle_ratio"}),
+        "rollouter/idle_ratio": T("scalar", "value", op="alias", fixed={"name": "rlobs/rollouter_idle_ratio"}),
+        "fully_async/rollouter/idle_ratio": T("scalar", "value", op="alias",
+                                              fixed={"name": "rlobs/rollouter_idle_ratio"}),
+        # rollout correction (rollout_corr_helper.compute_offpolicy_metrics / compute_rollout_correction_*)
+        "rollout_corr/kl": T("parity", "kl_k1", note="KL(pi_rollout || pi_train), k1 estimator"),
+        "rollout_corr/k3_kl": T("parity", "kl_k3"),
+        "rollout_corr/rollout_is_mean": T("staleness", "is_ratio_mean"),
+        "rollout_corr/rollout_is_max": T("staleness", "is_ratio_max"),
+        "actor/pg_clipfrac": T("scalar", "value", op="alias", fixed={"name": "rlobs/policy_clip_fraction"}),
+        "actor/ppo_kl": T("scalar", "value", op="alias", fixed={"name": "rlobs/policy_update_kl"},
+                          note="KL(old || new) of the PPO update"),
+        "training/rollout_probs_diff_std": T("scalar", "value", op="alias", fixed={"name": "rlobs/parity_dprob_std"}),
     },
 )

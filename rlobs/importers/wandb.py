@@ -1,6 +1,8 @@
-"""wandb run exports: a run folder (``wandb/run-*/files``), ``wandb-history.jsonl``, ``output.log`` or a CSV.
+"""wandb runs: a run folder (``wandb/run-*`` or ``wandb/offline-run-*``) with its ``run-<id>.wandb`` file
+(current clients; read by ``wandb_binary`` with the wandb package's protobuf definitions), or the exports
+of older clients and of the API: ``wandb-history.jsonl``, ``output.log`` or a CSV.
 
-No wandb package or network is needed: the files are read as text. ``wandb-history.jsonl`` holds one JSON
+The text exports need no wandb package; no network is used either way. ``wandb-history.jsonl`` holds one JSON
 object per ``wandb.log`` call with ``_step``, ``_runtime``, ``_timestamp`` (kept as scalars) and the
 logged names; media and tables are objects with ``_type`` and are counted as not numbers. ``output.log``
 is the run's console (verl's ``step:N`` lines, TRL's printed dicts). The framework is detected from the
@@ -11,6 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlobs.importers import wandb_binary
 from rlobs.importers.mapping import MetricRow
 from rlobs.importers.readers import read_console, read_csv, read_jsonl, sniff
 from rlobs.importers.report import ImportFailed, ImportReport
@@ -30,11 +33,17 @@ def resolve(path: Path) -> Path:
     csvs = sorted(path.rglob("*.csv"))
     if csvs:
         return csvs[0]
-    raise ImportFailed(f"{path}: no {HISTORY}, {CONSOLE} or CSV export inside (a wandb run folder looks like "
-                       "wandb/run-<date>-<id>/files/)")
+    raise ImportFailed(f"{path}: no run-<id>.wandb, {HISTORY}, {CONSOLE} or CSV export inside (a wandb run "
+                       "folder looks like wandb/run-<date>_<time>-<id>/ or wandb/offline-run-<date>_<time>-<id>/)")
+
+
+def has_run_file(path: Path) -> bool:
+    return bool(wandb_binary.run_files(path)) if path.is_dir() else wandb_binary.is_wandb_file(path)
 
 
 def read(path: Path, report: ImportReport) -> list[MetricRow]:
+    if has_run_file(path) and not (path.is_dir() and any(path.rglob(HISTORY))):
+        return wandb_binary.read(path, report)
     path = resolve(path)
     report.source = str(path)
     if path.suffix == ".csv":

@@ -242,3 +242,25 @@ def test_steps_trl_does_not_log_keep_the_measured_post_clip_norm(tmp_path: Path)
     assert norms[0] < 1.0 < norms[1]
     assert rows[0][:2] == (1, pytest.approx(norms[0])) and rows[0][2] == pytest.approx(norms[0]) and rows[0][3] is False
     assert rows[1][0] == 2 and rows[1][1] is None and rows[1][2] == pytest.approx(1.0, rel=1e-4)
+
+
+@pytest.mark.slow
+def test_rlobs_import_of_the_output_folder_trl_itself_wrote(trl_run, tmp_path):
+    """After the fact: the trainer saves its state as in every checkpoint (checkpoint-N/trainer_state.json,
+    ``Trainer.state.save_to_json``), ``rlobs import trl`` reads the output folder, and the imported record's
+    per-step numbers are TRL's own."""
+    from rlobs.importers import import_run
+
+    _run, logged, trainer, _cb = trl_run
+    ckpt = tmp_path / "out" / f"checkpoint-{STEPS}"
+    ckpt.mkdir(parents=True)
+    trainer.state.save_to_json(str(ckpt / "trainer_state.json"))
+    report = import_run("trl", tmp_path / "out", tmp_path / "imported")
+    assert report.framework == "trl" and report.steps[1] == STEPS and report.issues == []
+    with rlobs.open_run(tmp_path / "imported") as rec:
+        norms = dict(rec.sql("SELECT step, grad_norm FROM train_step WHERE grad_norm IS NOT NULL").fetchall())
+        zero = dict(rec.sql("SELECT step, zero_std_ratio FROM advantage").fetchall())
+        ent = dict(rec.sql("SELECT step, entropy FROM train_step WHERE entropy IS NOT NULL").fetchall())
+    assert norms == {s: h["grad_norm"] for s, h in logged.items()}
+    assert zero == pytest.approx({s: h["frac_reward_zero_std"] for s, h in logged.items()})
+    assert ent == pytest.approx({s: h["entropy"] for s, h in logged.items() if "entropy" in h})

@@ -27,7 +27,10 @@ from .runbook_text import (
 
 # Doctor rules (issue 5) without an alert of their own; alert ids double as doctor rule ids.
 DOCTOR_ONLY = {"staleness-jump-after-resume", "weight-sync-incomplete-dump", "weight-sync-torn-read",
-               "ledger-samples-skipped", "record-damaged"}
+               "ledger-samples-skipped", "record-damaged",
+               # issue 15: rules on the aggregates other trainers log
+               "grading-dominates-step", "trainer-idle", "staleness-growing", "parity-prob-drift",
+               "response-length-clipped", "entropy-collapse", "no-gradient"}
 PAGES = runbook_pages(RUNBOOKS)
 
 

@@ -178,3 +178,34 @@ if __name__ == "__main__":  # pragma: no cover - manual use
     write_wandb_run(out / "wandb_run")
     write_wandb_csv(out / "wandb_history.csv")
     print(f"wrote fixtures into {out}")
+
+
+_WANDB_WRITER = """
+import json, sys
+import wandb
+steps, framework = int(sys.argv[1]), sys.argv[2]
+sys.path.insert(0, sys.argv[3])
+from tests.importers import fixtures as fx
+run = wandb.init(project="rlobs-import-test", config={"algorithm": "grpo"})
+for s in range(1, steps + 1):
+    data = fx.verl_metrics(s) if framework == "verl" else {f"train/{k}": v for k, v in fx.trl_logs(s).items()}
+    run.log(data, step=s)
+run.finish()
+"""
+
+
+def write_wandb_sdk_run(folder: Path, framework: str = "verl", steps: int = 40) -> Path:
+    """A run written by the real wandb SDK in offline mode (a child process: wandb keeps global state).
+    Returns the run folder (wandb/offline-run-<date>_<time>-<id>/)."""
+    import os
+    import subprocess
+    import sys
+
+    folder.mkdir(parents=True, exist_ok=True)
+    env = {**os.environ, "WANDB_MODE": "offline", "WANDB_DIR": str(folder), "WANDB_SILENT": "true",
+           "WANDB_DISABLE_GIT": "true", "WANDB_CONSOLE": "off"}
+    repo = str(Path(__file__).resolve().parents[2])
+    subprocess.run([sys.executable, "-c", _WANDB_WRITER, str(steps), framework, repo], env=env, check=True,
+                   timeout=300, cwd=folder)
+    (run,) = (folder / "wandb").glob("offline-run-*")
+    return run

@@ -63,7 +63,8 @@ def _insufficient_grad(ctx: RunContext) -> RuleResult:
       needs=("train_step",), thresholds={"window": 10, "min_history": 4, "ratio": 4.0, "z": 6.0})
 def spike(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """A finite grad norm far above its rolling median: x > ratio * median and robust z = (x - median) /
-    (1.4826 * MAD) > z, over the previous ``window`` finite steps (needs ``min_history`` of them)."""
+    (1.4826 * MAD) > z, over the previous ``window`` finite, non-zero steps (needs ``min_history`` of them;
+    steps without gradient are judged by no-gradient and would make the next normal step look like a spike)."""
     series = _series(ctx)
     if not series:
         return _insufficient_grad(ctx)
@@ -71,7 +72,7 @@ def spike(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     history: list[float] = []
     spikes: list[tuple[int, float, float, float]] = []
     for step, g in series:
-        if not finite(g):
+        if not finite(g) or g <= 0:  # a zero norm is a step without gradient (no-gradient), not a baseline
             continue
         if len(history) >= min_hist:
             med = statistics.median(history[-window:])

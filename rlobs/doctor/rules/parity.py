@@ -29,7 +29,8 @@ def drift(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     warn = runs_of([s for s, v, _ in rows if v > th["warn"]], int(th["min_steps"]))
     if not crit and not warn:
         return []
-    bad_steps = crit or [s for a, b in warn for s in range(a, b + 1)]
+    # the finding spans the problem from its onset: the warning-level run that leads into the critical steps
+    bad_steps = sorted(set(crit) | {s for a, b in warn for s in range(a, b + 1)})
     first, last = min(bad_steps), max(bad_steps)
     worst = max((r for r in rows if first <= r[0] <= last), key=lambda r: r[1])
     after_sync = [r for r in rows if r[0] in set(bad_steps) and r[2]]
