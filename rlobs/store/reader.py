@@ -8,7 +8,6 @@ not be read is listed in ``RunRecord.problems``; it never raises for a damaged s
 
 from __future__ import annotations
 
-import json
 import os
 import socket
 from dataclasses import asdict, dataclass, field
@@ -21,6 +20,8 @@ import pyarrow.parquet as pq
 
 from rlobs.schema import ENVELOPE_NAMES, KINDS, SCHEMA_MAJOR, all_fields, arrow_schema, parse_version
 from rlobs.store.manifest import EVENTS_DIR, PROCESSES_DIR, RunRecordError, read_manifest
+from rlobs.store.safeio import (MAX_PROCESS_FILE_BYTES, RecordFileError, check_checksum, has_glob, read_json,
+                               regular)
 from rlobs.store.segments import ARROWS, PARQUET
 
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -32,7 +33,7 @@ class ReadProblem:
 
     path: str
     kind: str
-    problem: str  # truncated | unsealed | unreadable | schema
+    problem: str  # truncated | unsealed | unreadable | schema | malformed (a process file or value)
     detail: str
     rows_read: int = 0
     bytes_unread: int = 0
@@ -121,8 +122,11 @@ class RunRecord:
     """A run record opened for queries. Use ``sql()`` or the per-kind views (``SELECT * FROM rollout``)."""
 
     def __init__(self, path: Path, manifest: dict[str, Any], con: duckdb.DuckDBPyConnection,
-                 problems: list[ReadProblem], files: dict[str, list[str]], processes: list[ProcessInfo]):
+                 problems: list[ReadProblem], files: dict[str, list[str]], processes: list[ProcessInfo],
+                 verified: bool = False, checksums: dict[str, int] | None = None):
         self.path = path
+        self.verified = verified  # every sealed segment checked (checksum, or page checksums without one)
+        self.checksums = checksums or {"verified": 0, "missing": 0}
         self.manifest = manifest
         self.con = con
         self.problems = problems
@@ -186,6 +190,8 @@ class RunRecord:
             "processes": [{**asdict(p), "events": by_process.get(p.process, 0)} for p in self.processes],
             "problems": [asdict(p) for p in self.problems] + query_errors,
             "truncated": any(p.problem in ("truncated", "unreadable") for p in self.problems),
+            "verified": self.verified,
+            "checksums": dict(self.checksums),
         }
 
     def close(self) -> None:
@@ -198,25 +204,60 @@ class RunRecord:
         self.close()
 
 
-def _load_processes(run_dir: Path) -> list[ProcessInfo]:
-    out = []
+_PROCESS_FIELDS: dict[str, tuple[type, ...]] = {
+    "component": (str,), "rank": (int,), "host": (str,), "pid": (int,), "started_ns": (int,), "ended_ns": (int,),
+    "metrics_url": (str,), "process": (str,)}
+_INT_RANGE = {"rank": (0, 1 << 31), "pid": (0, 1 << 31), "started_ns": (0, 1 << 63), "ended_ns": (0, 1 << 63)}
+
+
+def _load_processes(run_dir: Path, problems: list[ReadProblem]) -> list[ProcessInfo]:
+    """One ``ProcessInfo`` per ``processes/*.json``; every file or value that cannot be used is listed in
+    ``problems`` (the value is left at its default), never raised."""
+    out: list[ProcessInfo] = []
     pdir = run_dir / PROCESSES_DIR
     if not pdir.is_dir():
         return out
     host = socket.gethostname()
-    for f in sorted(pdir.glob("*.json")):
+    try:
+        names = sorted(n for n in os.listdir(pdir) if n.endswith(".json") and not n.startswith("."))
+    except OSError as exc:
+        problems.append(ReadProblem(str(pdir), "process", "unreadable", f"cannot list: {exc.strerror or exc}"))
+        return out
+    for name in names:
+        f = pdir / name
+        stem = name[: -len(".json")]
         try:
-            raw = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-            out.append(ProcessInfo(process=f.stem, status="unknown"))
+            raw = read_json(f, MAX_PROCESS_FILE_BYTES)
+            if not isinstance(raw, dict):
+                raise RecordFileError(f"{f} holds a JSON {type(raw).__name__}, not an object")
+        except RecordFileError as exc:
+            problems.append(ReadProblem(str(f), "process", "malformed", str(exc)))
+            out.append(ProcessInfo(process=stem, status="unknown"))
             continue
-        known = {k: raw.get(k) for k in ("component", "rank", "host", "pid", "started_ns", "ended_ns", "metrics_url")}
-        info = ProcessInfo(process=str(raw.get("process", f.stem)), **{k: v for k, v in known.items() if v is not None},
-                           extra={k: v for k, v in raw.items() if k not in known and k != "process"})
+        known: dict[str, Any] = {}
+        for key, types in _PROCESS_FIELDS.items():
+            v = raw.get(key)
+            if v is None:
+                continue
+            lo_hi = _INT_RANGE.get(key)
+            ok = isinstance(v, types) and not isinstance(v, bool) and (lo_hi is None or lo_hi[0] <= v < lo_hi[1])
+            if isinstance(v, str) and len(v) > 4096:
+                ok = False
+            if not ok:
+                shown = repr(v)
+                problems.append(ReadProblem(str(f), "process", "malformed",
+                                            f"{key} = {shown[:80]}{'…' if len(shown) > 80 else ''} is not "
+                                            f"{'a valid ' + types[0].__name__ if lo_hi is None else 'an integer in range'}"
+                                            "; ignored"))
+                continue
+            known[key] = v
+        process = known.pop("process", stem)
+        info = ProcessInfo(process=process, **known,
+                           extra={k: v for k, v in raw.items() if k not in _PROCESS_FIELDS})
         if info.ended_ns:
             info.status = "ended"
         elif info.host == host and info.pid:
-            info.status = "running" if _pid_alive(int(info.pid)) else "lost"
+            info.status = "running" if _pid_alive(info.pid) else "lost"
         out.append(info)
     return out
 
@@ -243,10 +284,14 @@ def _readable_by_duckdb(con: Any, files: list[str], kind: str, problems: list[Re
     return good
 
 
-def _create_view(con: Any, kind: str, parquet: list[str], tail: str | None) -> None:
+def _create_view(con: Any, kind: str, parquet: list[str], tail: str | None, materialize: bool = False) -> None:
     parts = []
     if parquet:
-        parts.append(f"SELECT * FROM read_parquet([{', '.join(_sql_str(p) for p in parquet)}], union_by_name=true)")
+        read = f"SELECT * FROM read_parquet([{', '.join(_sql_str(p) for p in parquet)}], union_by_name=true)"
+        if materialize:  # many small files: one scan now, instead of one per query
+            con.execute(f'CREATE OR REPLACE TABLE "_scan_{kind}" AS {read}')
+            read = f'SELECT * FROM "_scan_{kind}"'
+        parts.append(read)
     if tail:
         parts.append(f'SELECT * FROM "{tail}"')
     # the full current schema, typed, with no rows (an SQL literal: registering an Arrow table would
@@ -257,62 +302,124 @@ def _create_view(con: Any, kind: str, parquet: list[str], tail: str | None) -> N
     con.execute(f'CREATE OR REPLACE VIEW "{kind}" AS SELECT {cols} FROM ({" UNION ALL BY NAME ".join(parts)})')
 
 
+SMALL_SEGMENTS = 32  # a kind with more Parquet segments than this, all small, is read in one scan
+SMALL_TOTAL_BYTES = 256 << 20
+MAX_GLOB_NAMED_BYTES = 256 << 20
+
+
+def _check_parquet(f: Path, kind: str, verify: bool, problems: list[ReadProblem]) -> tuple[bool, bool]:
+    """(usable, checksum verified) for one sealed segment; what is wrong goes to ``problems``."""
+    try:
+        pf = pq.ParquetFile(f)
+        major = _schema_major(pf.schema_arrow)
+        if major is not None and major != SCHEMA_MAJOR:
+            problems.append(ReadProblem(str(f), kind, "schema", f"segment written with schema major {major}"))
+            return False, False
+    except (pa.ArrowException, OSError, ValueError) as exc:  # NotImplemented too (a flipped footer bit)
+        problems.append(ReadProblem(str(f), kind, "unreadable", f"{type(exc).__name__}: {exc}"))
+        return False, False
+    if not verify:
+        return True, False
+    bad = check_checksum(f)
+    if bad is False:  # no whole-file checksum recorded: page checksums are what there is
+        if (error := verify_parquet(f)) is not None:
+            problems.append(ReadProblem(str(f), kind, "unreadable", f"corrupt data: {error}"))
+            return False, False
+        return True, False
+    if bad is not None:
+        problems.append(ReadProblem(str(f), kind, "unreadable", f"corrupt: {bad}; left out"))
+        return False, False
+    return True, True
+
+
 def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord:
     """Open the run record at ``path``. Raises RunRecordError / UnsupportedSchemaVersion for a bad manifest.
 
-    ``verify``: read every sealed segment in full (page checksums included) and leave out corrupt ones,
-    listing them in ``problems``; slower, used after a query hit damaged data.
+    ``verify``: check every sealed segment against the SHA-256 its writer recorded (segments without one
+    are read in full with page checksums) and leave out corrupt ones, listing them in ``problems``.
+    Only regular files are read (FIFOs, devices and symlinks are listed as problems); file names never
+    reach DuckDB as glob patterns; a kind split into many small segments is read in one scan.
     """
     run_dir = Path(path)
     if not run_dir.exists():
         raise RunRecordError(f"{run_dir} does not exist")
+    if not run_dir.is_dir():
+        raise RunRecordError(f"{run_dir} is not a directory")
     manifest = read_manifest(run_dir)
     con = duckdb.connect(":memory:")
     con.execute("SET enable_progress_bar = false")
     problems: list[ReadProblem] = []
     files: dict[str, list[str]] = {}
+    checksums = {"verified": 0, "missing": 0}
     events_dir = run_dir / EVENTS_DIR
     envelope_parts = []
     for kind in KINDS:
         kdir = events_dir / kind
         parquet: list[str] = []
+        sizes = 0
         tails: list[pa.Table] = []
-        if kdir.is_dir():
-            for f in sorted(kdir.iterdir()):
-                if f.name.startswith("."):
+        try:
+            entries = sorted(os.listdir(kdir)) if kdir.is_dir() else []
+        except OSError as exc:
+            problems.append(ReadProblem(str(kdir), kind, "unreadable", f"cannot list: {exc.strerror or exc}"))
+            entries = []
+        names = set(entries)
+        for name in entries:
+            if name.startswith("."):
+                continue
+            f = kdir / name
+            if f.suffix not in (PARQUET, ARROWS):
+                continue
+            if f.suffix == ARROWS and f.with_suffix(PARQUET).name in names:
+                continue  # sealed; the .arrows is a leftover of an interrupted seal
+            try:
+                st = regular(f)
+            except RecordFileError as exc:
+                problems.append(ReadProblem(str(f), kind, "unreadable", str(exc)))
+                continue
+            if f.suffix == PARQUET:
+                usable, checked = _check_parquet(f, kind, verify, problems)
+                if not usable:
                     continue
-                if f.suffix == PARQUET:
+                if verify:
+                    checksums["verified" if checked else "missing"] += 1
+                if has_glob(str(f)):  # DuckDB would expand it as a pattern: read it here instead
+                    if st.st_size > MAX_GLOB_NAMED_BYTES:
+                        problems.append(ReadProblem(str(f), kind, "unreadable",
+                                                    "name contains glob characters and the file is too large to "
+                                                    "read outside DuckDB: rename it"))
+                        continue
                     try:
-                        schema = pq.read_schema(f)
-                        major = _schema_major(schema)
-                        if major is not None and major != SCHEMA_MAJOR:
-                            problems.append(ReadProblem(str(f), kind, "schema", f"segment written with schema major {major}"))
-                            continue
-                        pq.read_metadata(f)
-                    except (pa.ArrowException, OSError, ValueError) as exc:  # NotImplemented too (a flipped footer bit)
+                        tails.append(pq.ParquetFile(f).read())
+                    except (pa.ArrowException, OSError, ValueError) as exc:
                         problems.append(ReadProblem(str(f), kind, "unreadable", f"{type(exc).__name__}: {exc}"))
-                        continue
-                    if verify and (error := verify_parquet(f)) is not None:
-                        problems.append(ReadProblem(str(f), kind, "unreadable", f"corrupt data: {error}"))
-                        continue
-                    parquet.append(str(f))
-                elif f.suffix == ARROWS:
-                    if f.with_suffix(PARQUET).exists():
-                        continue  # sealed; the .arrows is a leftover of an interrupted seal
-                    table, problem = read_stream(f, kind)
-                    if problem is not None:
-                        problems.append(problem)
-                    if table is not None and table.num_rows:
-                        tails.append(table)
+                    continue
+                parquet.append(str(f))
+                sizes += st.st_size
+            else:
+                table, problem = read_stream(f, kind)
+                if problem is not None:
+                    problems.append(problem)
+                if table is not None and table.num_rows:
+                    tails.append(table)
         tail = None
         if tails:
             tail = f"_tail_{kind}"
-            con.register(tail, pa.concat_tables(tails, promote_options="permissive"))
+            try:
+                con.register(tail, pa.concat_tables(tails, promote_options="permissive"))
+            except (pa.ArrowException, ValueError) as exc:
+                problems.append(ReadProblem(str(kdir), kind, "schema", f"open segments do not combine: {exc}"))
+                tail = None
+        scan = len(parquet) > SMALL_SEGMENTS and sizes <= SMALL_TOTAL_BYTES
         try:
-            _create_view(con, kind, parquet, tail)
+            _create_view(con, kind, parquet, tail, materialize=scan)
         except duckdb.Error:  # a footer DuckDB cannot parse: leave out (and list) the files it cannot bind
             parquet = _readable_by_duckdb(con, parquet, kind, problems)
-            _create_view(con, kind, parquet, tail)
+            try:
+                _create_view(con, kind, parquet, tail, materialize=scan)
+            except duckdb.Error as exc:  # data DuckDB cannot decode while scanning: read the files lazily
+                problems.append(ReadProblem(str(kdir), kind, "unreadable", f"one-scan read failed: {exc}"))
+                _create_view(con, kind, parquet, tail)
         if parquet or tails:
             files[kind] = parquet + [str(t) for t in range(len(tails))]
             env_cols = ", ".join(f'"{n}"' for n in ENVELOPE_NAMES)
@@ -322,7 +429,8 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord
     else:
         env_cols = ", ".join(f'NULL::{_duck(n)} AS "{n}"' for n in ENVELOPE_NAMES)
         con.execute(f"CREATE VIEW events AS SELECT NULL::VARCHAR AS kind, {env_cols} WHERE false")
-    return RunRecord(run_dir, manifest, con, problems, files, _load_processes(run_dir))
+    processes = _load_processes(run_dir, problems)
+    return RunRecord(run_dir, manifest, con, problems, files, processes, verified=verify, checksums=checksums)
 
 
 _DUCK_TYPES = {"int32": "INTEGER", "int64": "BIGINT", "float64": "DOUBLE", "float32": "FLOAT", "string": "VARCHAR",
