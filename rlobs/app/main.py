@@ -13,7 +13,8 @@ from rlobs.app import state
 
 VIEWS = Path(__file__).resolve().with_name("views")
 
-st.set_page_config(page_title="rlobs replay", page_icon=":material/flight:", layout="wide")
+# no page_icon: a Material or emoji icon makes the browser fetch it from a public CDN; the default is served locally
+st.set_page_config(page_title="rlobs replay", layout="wide")
 
 PAGES = [
     st.Page(VIEWS / "triage.py", title="Triage", icon=":material/medical_services:", url_path="triage", default=True),

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -19,6 +20,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlobs.schema import ENVELOPE_NAMES, KINDS, SCHEMA_MAJOR, all_fields, arrow_schema, parse_version
+from rlobs.store import compact
 from rlobs.store.manifest import EVENTS_DIR, PROCESSES_DIR, RunRecordError, read_manifest
 from rlobs.store.safeio import (MAX_PROCESS_FILE_BYTES, RecordFileError, check_checksum, has_glob, read_json,
                                regular)
@@ -284,14 +286,10 @@ def _readable_by_duckdb(con: Any, files: list[str], kind: str, problems: list[Re
     return good
 
 
-def _create_view(con: Any, kind: str, parquet: list[str], tail: str | None, materialize: bool = False) -> None:
+def _create_view(con: Any, kind: str, parquet: list[str], tail: str | None) -> None:
     parts = []
     if parquet:
-        read = f"SELECT * FROM read_parquet([{', '.join(_sql_str(p) for p in parquet)}], union_by_name=true)"
-        if materialize:  # many small files: one scan now, instead of one per query
-            con.execute(f'CREATE OR REPLACE TABLE "_scan_{kind}" AS {read}')
-            read = f'SELECT * FROM "_scan_{kind}"'
-        parts.append(read)
+        parts.append(f"SELECT * FROM read_parquet([{', '.join(_sql_str(p) for p in parquet)}], union_by_name=true)")
     if tail:
         parts.append(f'SELECT * FROM "{tail}"')
     # the full current schema, typed, with no rows (an SQL literal: registering an Arrow table would
@@ -302,34 +300,74 @@ def _create_view(con: Any, kind: str, parquet: list[str], tail: str | None, mate
     con.execute(f'CREATE OR REPLACE VIEW "{kind}" AS SELECT {cols} FROM ({" UNION ALL BY NAME ".join(parts)})')
 
 
-SMALL_SEGMENTS = 32  # a kind with more Parquet segments than this, all small, is read in one scan
-SMALL_TOTAL_BYTES = 256 << 20
+SMALL_SEGMENTS = 32  # a kind with more sealed segments than this has its small ones read in one pass, in memory
+SMALL_SEGMENT_BYTES = 1 << 20
+SMALL_TOTAL_BYTES = 64 << 20
 MAX_GLOB_NAMED_BYTES = 256 << 20
 
 
-def _check_parquet(f: Path, kind: str, verify: bool, problems: list[ReadProblem]) -> tuple[bool, bool]:
-    """(usable, checksum verified) for one sealed segment; what is wrong goes to ``problems``."""
+def _check_parquet(f: Path, kind: str, verify: bool, problems: list[ReadProblem]) -> tuple[Any, bool]:
+    """(the opened ParquetFile or None when unusable, checksum verified) for one sealed segment; what is
+    wrong goes to ``problems``."""
     try:
         pf = pq.ParquetFile(f)
         major = _schema_major(pf.schema_arrow)
         if major is not None and major != SCHEMA_MAJOR:
             problems.append(ReadProblem(str(f), kind, "schema", f"segment written with schema major {major}"))
-            return False, False
+            return None, False
     except (pa.ArrowException, OSError, ValueError) as exc:  # NotImplemented too (a flipped footer bit)
         problems.append(ReadProblem(str(f), kind, "unreadable", f"{type(exc).__name__}: {exc}"))
-        return False, False
+        return None, False
     if not verify:
-        return True, False
+        return pf, False
     bad = check_checksum(f)
     if bad is False:  # no whole-file checksum recorded: page checksums are what there is
         if (error := verify_parquet(f)) is not None:
             problems.append(ReadProblem(str(f), kind, "unreadable", f"corrupt data: {error}"))
-            return False, False
-        return True, False
+            return None, False
+        return pf, False
     if bad is not None:
         problems.append(ReadProblem(str(f), kind, "unreadable", f"corrupt: {bad}; left out"))
-        return False, False
-    return True, True
+        return None, False
+    return pf, True
+
+
+def _read_small(kind: str, files: list[tuple[Path, os.stat_result]],
+                problems: list[ReadProblem]) -> tuple[pa.Table | None, list[str]]:
+    """The rows of many small sealed segments as one table, from the compaction cache when it holds them."""
+    k = compact.key(kind, files)
+    hit = compact.load(k)
+    if hit is not None:
+        table, names, probs = hit
+        problems += [ReadProblem(**p) for p in probs]
+        return table, names
+    def one(f: Path) -> tuple[pa.Table | None, list[ReadProblem]]:
+        found: list[ReadProblem] = []
+        pf, _ = _check_parquet(f, kind, False, found)
+        if pf is None:
+            return None, found
+        try:
+            return pf.read(use_threads=False), found
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            return None, [ReadProblem(str(f), kind, "unreadable", f"{type(exc).__name__}: {exc}")]
+
+    tables, names, probs = [], [], []
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:  # decoding releases the GIL
+        for (f, _st), (table, found) in zip(files, pool.map(one, [f for f, _ in files])):
+            probs += found
+            if table is not None:
+                tables.append(table)
+                names.append(str(f))
+    problems += probs
+    if not tables:
+        return None, []
+    try:
+        table = pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowException, ValueError) as exc:
+        problems.append(ReadProblem(str(files[0][0].parent), kind, "schema", f"segments do not combine: {exc}"))
+        return None, []
+    compact.save(k, table, names, [asdict(p) for p in probs])
+    return table, names
 
 
 def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord:
@@ -348,6 +386,7 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord
     manifest = read_manifest(run_dir)
     con = duckdb.connect(":memory:")
     con.execute("SET enable_progress_bar = false")
+    con.execute("SET parquet_metadata_cache = true")  # sealed segments never change: parse each footer once
     problems: list[ReadProblem] = []
     files: dict[str, list[str]] = {}
     checksums = {"verified": 0, "missing": 0}
@@ -356,7 +395,7 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord
     for kind in KINDS:
         kdir = events_dir / kind
         parquet: list[str] = []
-        sizes = 0
+        in_memory: list[str] = []  # sealed segments read here (small ones of a many-segment kind, glob names)
         tails: list[pa.Table] = []
         try:
             entries = sorted(os.listdir(kdir)) if kdir.is_dir() else []
@@ -364,6 +403,11 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord
             problems.append(ReadProblem(str(kdir), kind, "unreadable", f"cannot list: {exc.strerror or exc}"))
             entries = []
         names = set(entries)
+        # many small sealed segments: read here into one in-memory table (a compacted copy is cached, see
+        # rlobs.store.compact), instead of DuckDB re-reading thousands of footers for every query
+        many = sum(n.endswith(PARQUET) for n in entries) > SMALL_SEGMENTS
+        small_bytes = 0
+        small_files: list[tuple[Path, os.stat_result]] = []
         for name in entries:
             if name.startswith("."):
                 continue
@@ -378,30 +422,49 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord
                 problems.append(ReadProblem(str(f), kind, "unreadable", str(exc)))
                 continue
             if f.suffix == PARQUET:
-                usable, checked = _check_parquet(f, kind, verify, problems)
-                if not usable:
+                if (many and st.st_size <= SMALL_SEGMENT_BYTES and small_bytes + st.st_size <= SMALL_TOTAL_BYTES
+                        and not has_glob(str(f))):
+                    if verify:  # checksums first: a corrupt segment never reaches the compacted copy
+                        bad = check_checksum(f)
+                        recorded = bad is not False
+                        if bad is False:
+                            bad = verify_parquet(f)
+                        if bad is not None:
+                            problems.append(ReadProblem(str(f), kind, "unreadable", f"corrupt: {bad}; left out"))
+                            continue
+                        checksums["verified" if recorded else "missing"] += 1
+                    small_files.append((f, st))
+                    small_bytes += st.st_size
+                    continue
+                pf, checked = _check_parquet(f, kind, verify, problems)
+                if pf is None:
                     continue
                 if verify:
                     checksums["verified" if checked else "missing"] += 1
-                if has_glob(str(f)):  # DuckDB would expand it as a pattern: read it here instead
-                    if st.st_size > MAX_GLOB_NAMED_BYTES:
-                        problems.append(ReadProblem(str(f), kind, "unreadable",
-                                                    "name contains glob characters and the file is too large to "
-                                                    "read outside DuckDB: rename it"))
-                        continue
+                glob_name = has_glob(str(f))  # DuckDB would expand it as a pattern: read it here instead
+                if glob_name and st.st_size > MAX_GLOB_NAMED_BYTES:
+                    problems.append(ReadProblem(str(f), kind, "unreadable", "name contains glob characters and the "
+                                                "file is too large to read outside DuckDB: rename it"))
+                    continue
+                if glob_name:
                     try:
-                        tails.append(pq.ParquetFile(f).read())
+                        tails.append(pf.read())
+                        in_memory.append(str(f))
                     except (pa.ArrowException, OSError, ValueError) as exc:
                         problems.append(ReadProblem(str(f), kind, "unreadable", f"{type(exc).__name__}: {exc}"))
                     continue
                 parquet.append(str(f))
-                sizes += st.st_size
             else:
                 table, problem = read_stream(f, kind)
                 if problem is not None:
                     problems.append(problem)
                 if table is not None and table.num_rows:
                     tails.append(table)
+        if small_files:
+            table, names_read = _read_small(kind, small_files, problems)
+            if table is not None:
+                tails.append(table)
+                in_memory += names_read
         tail = None
         if tails:
             tail = f"_tail_{kind}"
@@ -410,18 +473,13 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord
             except (pa.ArrowException, ValueError) as exc:
                 problems.append(ReadProblem(str(kdir), kind, "schema", f"open segments do not combine: {exc}"))
                 tail = None
-        scan = len(parquet) > SMALL_SEGMENTS and sizes <= SMALL_TOTAL_BYTES
         try:
-            _create_view(con, kind, parquet, tail, materialize=scan)
+            _create_view(con, kind, parquet, tail)
         except duckdb.Error:  # a footer DuckDB cannot parse: leave out (and list) the files it cannot bind
             parquet = _readable_by_duckdb(con, parquet, kind, problems)
-            try:
-                _create_view(con, kind, parquet, tail, materialize=scan)
-            except duckdb.Error as exc:  # data DuckDB cannot decode while scanning: read the files lazily
-                problems.append(ReadProblem(str(kdir), kind, "unreadable", f"one-scan read failed: {exc}"))
-                _create_view(con, kind, parquet, tail)
+            _create_view(con, kind, parquet, tail)
         if parquet or tails:
-            files[kind] = parquet + [str(t) for t in range(len(tails))]
+            files[kind] = parquet + in_memory + [f"<open segment {t}>" for t in range(len(tails) - len(in_memory))]
             env_cols = ", ".join(f'"{n}"' for n in ENVELOPE_NAMES)
             envelope_parts.append(f"SELECT {_sql_str(kind)} AS kind, {env_cols} FROM \"{kind}\"")
     if envelope_parts:
