@@ -7,8 +7,8 @@ browser fetch) or HTML. Everything shown to a person passes through one of these
 * :func:`plain` — control characters (C0, C1, DEL) and bidirectional overrides removed, newlines and
   tabs turned into spaces, length capped;
 * :func:`rich` — :func:`plain`, then Rich markup escaped (for strings Rich parses as markup);
-* :func:`md` — :func:`plain`, then every ASCII punctuation character backslash-escaped (CommonMark
-  treats the result as literal text: no links, images, emphasis, tables or HTML);
+* :func:`md` — :func:`plain`, then every character that Markdown or Streamlit gives a meaning
+  backslash-escaped (the result is literal text: no links, images, emphasis, tables, HTML, LaTeX or icons);
 * :func:`md_code` — :func:`plain` inside a code span (backticks replaced, so it cannot close early).
 """
 
@@ -19,7 +19,10 @@ from typing import Any
 
 _CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200e\u200f\u202a-\u202e\u2066-\u2069]")
 _SPACE = re.compile("[\t\n]")
-_MD_SPECIAL = re.compile(r"([!-/:-@\[-`{-~])")
+# what makes Markdown (CommonMark + GFM) or Streamlit's extensions do something: emphasis, code, links and
+# images, HTML, headings, tables, strikethrough, LaTeX ($), shortcodes and colour directives (:name:, :red[..]),
+# and the ':' of a bare URL (GFM autolinks)
+_MD_SPECIAL = re.compile(r"([\\`*_{}\[\]<>#|!~$:])")
 MAX_CHARS = 2000
 
 
