@@ -69,6 +69,8 @@ def grade_code(sample: dict[str, Any], timeout_s: float = 5.0) -> float:
     res = run_python(code_program(sample), timeout_s=timeout_s, cpu_s=max(1, int(timeout_s)))
     if res.timed_out:
         raise TimeoutError("sandbox timeout")
+    if not res.started:  # the sandbox itself failed (not the program): an error, never a silent 0.0
+        raise RuntimeError(f"sandbox did not start: {res.stderr.strip()[-300:]}")
     got = res.result or ""
     return 1.0 if _INT.fullmatch(got) and int(got) == int(sample["answer"]) else 0.0
 

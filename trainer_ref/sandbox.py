@@ -26,7 +26,7 @@ Layers, outermost first (each one is shown by a test in ``tests/trainer_ref/test
   the end, and its cgroup removed.
 
 The program's result travels on its own pipe: the sandbox passes the write end's number as
-``sys.argv[1]``; ``SandboxResult.result`` holds what was written there (up to 4 KiB). Callers that
+``sys.argv[1]`` (the program runs as ``__main__`` from ``/sandbox/main.py``); ``SandboxResult.result`` holds what was written there (up to 4 KiB). Callers that
 judge a program (the code grader) keep the expected answer on this side and compare here.
 """
 
@@ -61,6 +61,7 @@ class SandboxResult:
     output_overflow: bool = False  # stdout or stderr passed max_output: the sandbox was killed
     memory_exceeded: bool = False  # the sandbox as a whole passed mem_mb (cgroup OOM or RSS watch)
     limits: str = ""  # how the whole-sandbox limits were enforced: "cgroup-v2", "cgroup-v1" or "rss-watch"
+    started: bool = True  # the inner bwrap reported the program's start (False: the sandbox itself failed)
 
 
 def _tools() -> dict[str, str | None]:
@@ -252,6 +253,13 @@ def _ro_paths() -> list[str]:
     return [p for p in base if os.path.exists(p)]
 
 
+# runs the program as __main__ from /sandbox/main.py (its tracebacks name that file) after telling the host the
+# sandbox came up: a setup failure (bwrap's own error) is then told apart from the program's failure
+_BOOT = ("import os as _o; _o.write({status}, b'started'); _o.close({status}); del _o; "
+         "exec(compile(open('/sandbox/main.py').read(), '/sandbox/main.py', 'exec'), "
+         "{{'__name__': '__main__', '__file__': '/sandbox/main.py', '__builtins__': __builtins__}})")
+
+
 def _memfd(name: str, data: bytes) -> int:
     fd = os.memfd_create(name, 0)  # close-on-exec off: bwrap reads it
     os.write(fd, data)
@@ -279,6 +287,8 @@ def run_python(code: str, *, timeout_s: float = 5.0, cpu_s: int = 5, mem_mb: int
     bpf_fd = _memfd("rlobs-sbx-seccomp", seccomp_bpf())
     res_r, res_w = os.pipe()
     os.set_inheritable(res_w, True)
+    st_r, st_w = os.pipe()  # the interpreter writes "started" here once the sandbox is set up
+    os.set_inheritable(st_w, True)
     outer = [tools["prlimit"], f"--cpu={cpu_s}", f"--as={mem}", f"--fsize={1 << 20}", f"--nproc={nproc + 2}",
              "--core=0", "--",
              tools["bwrap"], "--bind", "/", "/", "--tmpfs", "/tmp", "--ro-bind", prefix, stage, "--die-with-parent",
@@ -293,22 +303,24 @@ def run_python(code: str, *, timeout_s: float = 5.0, cpu_s: int = 5, mem_mb: int
     if not any(prefix == p or prefix.startswith(p + "/") for p in _ro_paths()):
         inner += ["--ro-bind", stage, prefix]
     inner += ["--dir", "/sandbox", "--ro-bind-data", str(prog_fd), "/sandbox/main.py", "--remount-ro", "/", "--chdir", "/sandbox",
-              "--seccomp", str(bpf_fd), py, "-I", "-S", "-B", "/sandbox/main.py", str(res_w)]
+              "--seccomp", str(bpf_fd), py, "-I", "-S", "-B", "-c", _BOOT.format(status=st_w), str(res_w)]
     argv = ["/bin/sh", "-c", limits.join_script() + 'exec "$@"', "sh", *outer, *inner]
     t0 = time.perf_counter()
-    bufs = {"out": bytearray(), "err": bytearray(), "res": bytearray()}
-    caps = {"out": max_output, "err": max_output, "res": MAX_RESULT}
+    bufs = {"out": bytearray(), "err": bytearray(), "res": bytearray(), "status": bytearray()}
+    caps = {"out": max_output, "err": max_output, "res": MAX_RESULT, "status": MAX_RESULT}
     timed_out = overflow = watched_oom = False
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                env={}, start_new_session=True, pass_fds=(prog_fd, bpf_fd, res_w))
+                                env={}, start_new_session=True, pass_fds=(prog_fd, bpf_fd, res_w, st_w))
     except BaseException:
         limits.close()
-        for fd in (prog_fd, bpf_fd, res_r, res_w):
+        for fd in (prog_fd, bpf_fd, res_r, res_w, st_r, st_w):
             os.close(fd)
         raise
     os.close(res_w)
-    fds = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err", res_r: "res"}  # type: ignore[union-attr]
+    os.close(st_w)
+    fds = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err", res_r: "res",  # type: ignore[union-attr]
+           st_r: "status"}
     next_watch = 0.0
     try:
         while fds:
@@ -325,7 +337,7 @@ def run_python(code: str, *, timeout_s: float = 5.0, cpu_s: int = 5, mem_mb: int
                 key = fds[fd]
                 room = caps[key] - len(bufs[key])
                 bufs[key] += chunk[:max(room, 0)]
-                if len(chunk) > room:
+                if len(chunk) > room and key != "status":
                     overflow = True
             if overflow:
                 break
@@ -353,8 +365,8 @@ def run_python(code: str, *, timeout_s: float = 5.0, cpu_s: int = 5, mem_mb: int
             _kill(pid)
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
-        for fd in (prog_fd, bpf_fd, res_r):
+        for fd in (prog_fd, bpf_fd, res_r, st_r):
             os.close(fd)
     return SandboxResult(proc.returncode, bufs["out"].decode(errors="replace"), bufs["err"].decode(errors="replace"),
                          time.perf_counter() - t0, timed_out, bufs["res"].decode(errors="replace"), overflow,
-                         memory_exceeded, limits.kind)
+                         memory_exceeded, limits.kind, started=bufs["status"].startswith(b"started"))

@@ -180,3 +180,13 @@ def _cmdline(pid: str) -> bytes:
         return Path(f"/proc/{pid}/cmdline").read_bytes()
     except OSError:
         return b""
+
+
+def test_a_sandbox_that_cannot_start_is_an_error_not_a_zero_reward(monkeypatch):
+    monkeypatch.setattr(sandbox, "_ro_paths", lambda: ["/usr", "/nonexistent-rlobs-path"])
+    r = _run("print(1)")
+    assert not r.started and "bwrap" in r.stderr
+    with pytest.raises(RuntimeError, match="sandbox did not start"):
+        grade_code(_s("#987654321", 987654321))
+    monkeypatch.undo()
+    assert _run("print(1)").started
