@@ -356,12 +356,13 @@ def run_python(code: str, *, timeout_s: float = 5.0, cpu_s: int = 5, mem_mb: int
             os.killpg(proc.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-        for pid, _ in _uid_procs(uid):
+        watch = limits.kind == "rss-watch"  # with a cgroup, its member list is the exact set to kill
+        for pid, _ in _uid_procs(uid) if watch else ():
             _kill(pid)
         proc.wait()
         memory_exceeded = watched_oom or limits.oom()
         limits.close()
-        for pid, _ in _uid_procs(uid):  # anything that escaped the process group and the cgroup
+        for pid, _ in _uid_procs(uid) if watch else ():  # anything that left the process group
             _kill(pid)
         proc.stdout.close()  # type: ignore[union-attr]
         proc.stderr.close()  # type: ignore[union-attr]
