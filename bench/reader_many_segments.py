@@ -73,7 +73,6 @@ def main() -> None:
         run = Path(tmp) / "run"
     if not (run / "manifest.json").exists():
         build(run, a.segments, a.rows)
-    import rlobs
 
     probe = subprocess.run([sys.executable, "-c", "import rlobs; print(rlobs.__file__)"], capture_output=True,
                            text=True, check=False, cwd="/").stdout.strip()

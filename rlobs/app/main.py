@@ -18,7 +18,7 @@ if TYPE_CHECKING:
 VIEWS = Path(__file__).resolve().with_name("views")
 
 
-def _icon() -> "Image.Image":
+def _icon() -> Image.Image:
     """A plain local favicon (served by the app itself): a Material or emoji icon, the page's or the app's, makes
     the browser fetch it from a public CDN (fonts.gstatic.com)."""
     from PIL import Image, ImageDraw

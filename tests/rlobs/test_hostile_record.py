@@ -166,7 +166,7 @@ def test_many_small_segments_are_read_in_one_pass_and_compacted(tmp_path, monkey
     with open_run(run, verify=True) as rec:
         assert [p.path for p in rec.problems] == [str(victim)] and rec.checksums == {"verified": 39, "missing": 0}
         assert rec.counts()["ledger"] == 117
-    cached = lambda: len(list((tmp_path / "cache" / "compact").glob("*.arrow")))  # noqa: E731
+    cached = lambda: len(list((tmp_path / "cache" / "compact").glob("*.arrow")))
     assert cached() == 2  # the 39 good segments: a new key
     with open_run(run) as rec:
         rec.counts()
