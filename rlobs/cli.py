@@ -23,7 +23,7 @@ from rich.markup import escape
 from rich.table import Table
 from typer.core import TyperGroup
 
-from rlobs import exitcodes
+from rlobs import exitcodes, textsafe
 
 # click's UsageError as typer uses it (typer >= 0.25 vendors its own click; BadParameter is its public subclass)
 _UsageError = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
@@ -85,7 +85,7 @@ def fail(message: object, code: int = exitcodes.INPUT) -> typer.Exit:
     On a terminal the message is styled (its text escaped: record strings are never Rich markup); when
     stderr is a pipe or a file it is one plain line, never wrapped, so scripts and logs can grep it.
     """
-    text = " ".join(str(message).split())
+    text = " ".join(textsafe.plain(message).split())  # control characters out, one line
     if err_console.is_terminal:
         err_console.print(f"[bold red]error:[/] {escape(text)}", soft_wrap=True, highlight=False)
     else:
@@ -100,54 +100,65 @@ def _fmt_ts(ns: int | None) -> str:
     return datetime.fromtimestamp(ns / 1e9, tz=timezone.utc).strftime("%Y-%m-%d %H:%M:%S.%f")[:-3] + "Z"
 
 
-def _open(run: Path) -> Any:
+def _open(run: Path, verify: bool = False) -> Any:
     from rlobs.store import RunRecordError, open_run
 
     try:
-        return open_run(run)
+        return open_run(run, verify=verify)
     except RunRecordError as exc:
         raise fail(exc, exitcodes.INPUT) from None
 
 
 @app.command()
 def info(run: Path = typer.Argument(..., help="run directory"),
-         as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables")) -> None:
+         as_json: bool = typer.Option(False, "--json", help="print JSON instead of tables"),
+         verify: bool = typer.Option(False, "--verify", help="check every sealed segment against the checksum its "
+                                     "writer recorded (page checksums where there is none); corrupt ones are "
+                                     "left out and listed")) -> None:
     """Summarise a run record: event kinds and counts, time span, processes, schema, damage."""
-    with _open(run) as record:
+    with _open(run, verify) as record:
         data = record.info()
     if as_json:
         sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
         return
-    console.print(f"[bold]run[/] {data['run_id']}  [dim]{data['path']}[/]")
-    console.print(f"schema {data['schema_version']} · {data['events']:,} events · "
+    esc = textsafe.rich  # every string below comes from the record: no markup, no terminal control codes
+    console.print(f"[bold]run[/] {esc(data['run_id'])}  [dim]{esc(data['path'])}[/]")
+    console.print(f"schema {esc(data['schema_version'])} · {data['events']:,} events · "
                   f"{_fmt_ts(data['first_ts_ns'])} → {_fmt_ts(data['last_ts_ns'])} ({data['duration_s']:.1f} s)")
     kinds = Table(title="events by kind", show_edge=False)
     kinds.add_column("kind")
     kinds.add_column("events", justify="right")
     for kind, n in sorted(data["kinds"].items(), key=lambda kv: -kv[1]):
-        kinds.add_row(kind, f"{n:,}")
+        kinds.add_row(esc(kind), f"{n:,}")
     console.print(kinds)
     procs = Table(title="processes", show_edge=False)
     for col in ("process", "component", "rank", "host", "pid", "status", "events"):
         procs.add_column(col, justify="right" if col in ("rank", "pid", "events") else "left")
     for p in data["processes"]:
         style = {"lost": "red", "running": "yellow"}.get(p["status"], "")
-        procs.add_row(p["process"], p["component"], str(p["rank"]), p["host"], str(p["pid"]),
-                      f"[{style}]{p['status']}[/]" if style else p["status"], f"{p['events']:,}")
+        procs.add_row(esc(p["process"]), esc(p["component"]), esc(p["rank"]), esc(p["host"]), esc(p["pid"]),
+                      f"[{style}]{esc(p['status'])}[/]" if style else esc(p["status"]), f"{p['events']:,}")
     console.print(procs)
     if data["problems"]:
         probs = Table(title="[red]segments not read in full[/]", show_edge=False)
         for col in ("kind", "problem", "rows read", "bytes unread", "file", "detail"):
             probs.add_column(col)
         for p in data["problems"]:
-            probs.add_row(p["kind"], p["problem"], str(p["rows_read"]), str(p["bytes_unread"]),
-                          Path(p["path"]).name, p["detail"][:80])
+            probs.add_row(esc(p["kind"]), esc(p["problem"]), str(p["rows_read"]), str(p["bytes_unread"]),
+                          esc(Path(p["path"]).name), esc(p["detail"], 160))
         console.print(probs)
         if data["truncated"]:
             console.print("[yellow]record has a truncated tail (a writer was killed): "
                           "everything before it was read[/]")
     else:
         console.print("[green]all segments read in full[/]")
+    sums = data["checksums"]
+    if data["verified"]:
+        console.print(f"checksums verified: {sums['verified']:,} segment(s) match what their writer sealed"
+                      + (f"; {sums['missing']:,} without a recorded checksum were read in full with page checksums"
+                         if sums["missing"] else ""))
+    else:
+        console.print("[dim]checksums not verified (rlobs info --verify checks every sealed segment)[/]")
 
 
 # --- doctor (rlobs.doctor; imported lazily) ---
@@ -378,6 +389,24 @@ def follow(fmt: str = typer.Argument(..., metavar="FORMAT",
                   f"{len(f.report.issues)}, see {out / 'follow_report.json'})", highlight=False)
 
 
+def _allowed_hosts(address: str) -> list[str]:
+    """Host names a browser may use to reach the app bound to ``address`` (Streamlit's ``server.allowedHosts``;
+    any other Host, e.g. a rebinding attacker's domain, has its WebSocket refused)."""
+    import ipaddress
+    import socket
+
+    hosts = [address]
+    try:
+        ip = ipaddress.ip_address(address)
+    except ValueError:
+        return hosts  # a host name: exactly that name
+    if ip.is_loopback:
+        hosts += ["localhost", "127.0.0.1", "::1"]
+    elif ip.is_unspecified:  # bound to every interface: this machine's own names
+        hosts += ["localhost", "127.0.0.1", socket.gethostname(), socket.getfqdn()]
+    return list(dict.fromkeys(hosts))
+
+
 # --- replay: the Streamlit triage and replay app (rlobs.app; streamlit runs in a child process) ---
 @app.command()
 def replay(run: Path = typer.Argument(..., help="run directory"),
@@ -418,6 +447,8 @@ def replay(run: Path = typer.Argument(..., help="run directory"),
            "--server.enableCORS", "true", "--server.fileWatcherType", "none", "--server.runOnSave", "false",
            "--browser.gatherUsageStats", "false", "--global.developmentMode", "false",
            "--client.toolbarMode", "viewer", "--client.showErrorDetails", "none"]
+    for host in _allowed_hosts(address):  # DNS rebinding: only Host headers naming the bound address
+        cmd += ["--server.allowedHosts", host]
     err_console.print(f"rlobs replay: http://{address}:{port}  (runs root {root}; Ctrl-C stops)")
     proc = subprocess.Popen(cmd, env=env)
 

@@ -5,8 +5,11 @@
   the model (not truncated), else 0.0; 1.0 when correct; a wrong answer earns a format credit of
   0.1 plus up to 0.4 for the share of its digits that match the answer's (right-aligned), a dense
   partial-credit signal in the spirit of R1's format + accuracy rewards.
-* ``code``: the model's answer text is executed as Python inside the bubblewrap sandbox
-  (``trainer_ref.sandbox``) against an assertion; 1.0 when the program prints PASS.
+* ``code``: the model's answer text is evaluated as a Python expression inside the bubblewrap
+  sandbox (``trainer_ref.sandbox``); the program sends ``repr`` of the value (an int) back on its
+  result fd, and the grader compares it with the expected answer *here*, outside the sandbox: the
+  expected answer never enters the sandbox, and nothing the program prints or its exit status can
+  earn a reward.
 * ``judge``: a small LM served by its own vLLM engine scores the completion: the reward is
   exp(mean log-prob of the completion tokens given the prompt) under the judge, in [0, 1].
 
@@ -19,6 +22,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutTimeout
@@ -50,16 +54,25 @@ def grade_rule(sample: dict[str, Any]) -> float:
 
 
 def code_program(sample: dict[str, Any]) -> str:
-    """The program run for the code grader: the model's answer text is code."""
+    """The program run for the code grader: the model's answer text is an expression; its value goes
+    back on the result fd (``sys.argv[1]``). The expected answer is not in it."""
     answer_text = sample["completion"].strip().rsplit("#", 1)[-1]
-    return f"result = (\n{answer_text}\n)\nassert result == {int(sample['answer'])}\nprint('PASS')\n"
+    return ("import os as _os, sys as _sys\n_fd = int(_sys.argv[1])\n"
+            f"result = (\n{answer_text}\n)\n"
+            "if type(result) is int:\n    _os.write(_fd, repr(result).encode())\n")
+
+
+_INT = re.compile(r"-?[0-9]{1,64}")
 
 
 def grade_code(sample: dict[str, Any], timeout_s: float = 5.0) -> float:
     res = run_python(code_program(sample), timeout_s=timeout_s, cpu_s=max(1, int(timeout_s)))
     if res.timed_out:
         raise TimeoutError("sandbox timeout")
-    return 1.0 if res.returncode == 0 and res.stdout.strip() == "PASS" else 0.0
+    if not res.started:  # the sandbox itself failed (not the program): an error, never a silent 0.0
+        raise RuntimeError(f"sandbox did not start: {res.stderr.strip()[-300:]}")
+    got = res.result or ""
+    return 1.0 if _INT.fullmatch(got) and int(got) == int(sample["answer"]) else 0.0
 
 
 class JudgeModel:

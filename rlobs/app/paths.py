@@ -20,37 +20,55 @@ class PathOutsideRoot(ValueError):
 
 
 def confine(root: str | os.PathLike[str], candidate: str | os.PathLike[str]) -> Path:
-    """Resolve ``candidate`` (relative to ``root`` unless absolute) and check it is a run under ``root``."""
-    base = Path(root).resolve()
-    raw = Path(candidate)
-    path = (raw if raw.is_absolute() else base / raw).resolve()
-    if path != base and not path.is_relative_to(base):
-        raise PathOutsideRoot(f"{candidate} is outside the runs root {base}")
-    if not path.is_dir():
-        raise PathOutsideRoot(f"{candidate} is not a directory under {base}")
+    """Resolve ``candidate`` (relative to ``root`` unless absolute) and check it is a run under ``root``.
+
+    Any path that cannot be resolved (a NUL byte, a symlink loop, a name too long, …) is a PathOutsideRoot
+    too, so callers show one message for every bad run path."""
+    try:
+        base = Path(root).resolve()
+        raw = Path(candidate)
+        path = (raw if raw.is_absolute() else base / raw).resolve()
+        if path != base and not path.is_relative_to(base):
+            raise PathOutsideRoot(f"{candidate!s} is outside the runs root {base}")
+        if not path.is_dir():
+            raise PathOutsideRoot(f"{candidate!s} is not a directory under {base}")
+    except PathOutsideRoot:
+        raise
+    except (OSError, ValueError, RuntimeError) as exc:  # RuntimeError: a symlink loop on older Pythons
+        raise PathOutsideRoot(f"{candidate!r} is not a usable run path: {exc}") from None
     return path
 
 
 def relative_name(root: str | os.PathLike[str], path: Path) -> str:
     base = Path(root).resolve()
-    rel = path.resolve().relative_to(base)
+    try:
+        rel = path.resolve().relative_to(base)
+    except (OSError, ValueError, RuntimeError):
+        raise PathOutsideRoot(f"{path} is outside the runs root {base}") from None
     return str(rel) if str(rel) != "." else path.name
 
 
 def list_runs(root: str | os.PathLike[str], depth: int = 2, limit: int = 500) -> list[str]:
-    """Run directories (holding a manifest) under ``root``, up to ``depth`` levels down, as relative names."""
+    """Run directories (holding a manifest) under ``root``, up to ``depth`` levels down, as relative names.
+    A symlink that leads outside the root (or nowhere) is not listed."""
     base = Path(root).resolve()
     found: list[str] = []
     level = [base]
     for _ in range(depth + 1):
         nxt: list[Path] = []
         for d in level:
-            if (d / MANIFEST).is_file():
-                found.append(relative_name(base, d) if d != base else ".")
-                continue
             try:
-                nxt.extend(sorted(p for p in d.iterdir() if p.is_dir() and not p.name.startswith(".")))
-            except OSError:
+                if (d / MANIFEST).is_file():
+                    found.append(relative_name(base, d) if d != base else ".")
+                    continue
+                for p in sorted(d.iterdir()):
+                    if p.name.startswith(".") or not p.is_dir():
+                        continue
+                    real = p.resolve()
+                    if real == base or not real.is_relative_to(base):
+                        continue
+                    nxt.append(p)
+            except (OSError, ValueError, RuntimeError):  # PathOutsideRoot is a ValueError
                 continue
         level = nxt
         if len(found) >= limit:

@@ -17,6 +17,7 @@ import streamlit as st
 
 from rlobs.app import paths
 from rlobs.app.data import RunData
+from rlobs.textsafe import md
 
 AUTO_REFRESH_S = 5.0
 _CONTROL_FLOW = ("StopException", "RerunException", "FragmentStorageKeyError")
@@ -33,7 +34,7 @@ def runs_root() -> tuple[Path, list[Path]]:
     try:
         return paths.from_env()
     except paths.PathOutsideRoot as exc:
-        st.error(f"cannot open the run: {exc}")
+        st.error(f"cannot open the run: {md(exc)}")
         st.stop()
         raise  # unreachable (st.stop raises); keeps type checkers honest
 
@@ -53,7 +54,7 @@ def _param_run(root: Path, key: str) -> str | None:
     try:
         return paths.relative_name(root, paths.confine(root, raw))
     except paths.PathOutsideRoot as exc:
-        st.error(f"ignored ?{key}={raw}: {exc}")
+        st.error(f"ignored ?{md(key)}={md(raw, 200)}: {md(exc)}")
         return None
 
 
@@ -72,7 +73,7 @@ def selected(which: str = "run") -> RunData | None:
     try:
         path = paths.confine(root, name)
     except paths.PathOutsideRoot as exc:
-        st.error(str(exc))
+        st.error(md(exc))
         return None
     return run_data(str(path))
 
@@ -83,11 +84,11 @@ def sidebar() -> None:
     names = _choices(root, given)
     with st.sidebar:
         if not names:
-            st.error(f"no run under {root}")
+            st.error(f"no run under {md(root)}")
             return
         current = st.session_state.get("run") or _param_run(root, "run") or names[0]
         st.selectbox("Run", names, index=names.index(current) if current in names else 0, key="run",
-                     help=f"runs under {root}")
+                     help=f"runs under {md(root)}")
         run = selected("run")
         if run is None:
             return
@@ -112,7 +113,7 @@ def _watch(path: str) -> None:
 def _record_state(run: RunData) -> None:
     if run.error:
         return
-    st.caption(f"**{run.run_id}** · {len(run.processes)} processes · opened {time.strftime('%H:%M:%S', time.localtime(run.opened_at))}")
+    st.caption(f"**{md(run.run_id)}** · {len(run.processes)} processes · opened {time.strftime('%H:%M:%S', time.localtime(run.opened_at))}")
     if run.still_running:
         st.caption(":orange[a writer is still running: use Refresh or Auto-refresh]")
     if run.problems:
@@ -139,14 +140,14 @@ def page(render: Callable[[RunData], Any], *, needs_run: bool = True) -> None:
         st.error("no run selected")
         return
     if run.error:
-        st.error(f"could not open {run.path.name}: {run.error}")
+        st.error(f"could not open {md(run.path.name)}: {md(run.error)}")
         return
     try:
         render(run)
     except Exception as exc:  # never a traceback in front of the user: say what failed
         if type(exc).__name__ in _CONTROL_FLOW:
             raise
-        st.error(f"this page could not be drawn from {run.path.name}: {type(exc).__name__}: {exc}")
+        st.error(f"this page could not be drawn from {md(run.path.name)}: {type(exc).__name__}: {md(exc)}")
         problems_box(run)
 
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlobs.schema import SCHEMA_MAJOR, SCHEMA_VERSION, parse_version
+from rlobs.store.safeio import MAX_MANIFEST_BYTES, RecordFileError, read_json
 
 MANIFEST = "manifest.json"
 PROCESSES_DIR = "processes"
@@ -86,14 +87,19 @@ def ensure_manifest(run_dir: Path, *, run_id: str | None = None, name: str | Non
 
 def read_manifest(run_dir: Path) -> dict[str, Any]:
     path = Path(run_dir) / MANIFEST
-    if not path.is_file():
+    if not os.path.lexists(path):
         raise RunRecordError(f"{run_dir} is not an rlobs run record: {MANIFEST} is missing")
     try:
-        manifest = json.loads(path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise RunRecordError(f"{path} is not valid JSON: {exc}") from None
+        manifest = read_json(path, MAX_MANIFEST_BYTES)
+    except RecordFileError as exc:
+        raise RunRecordError(str(exc)) from None
     if not isinstance(manifest, dict) or "schema_version" not in manifest or "run_id" not in manifest:
         raise RunRecordError(f"{path} lacks schema_version or run_id")
+    if not isinstance(manifest["run_id"], (str, int)) or isinstance(manifest["run_id"], bool):
+        raise RunRecordError(f"{path}: run_id must be a string, not {type(manifest['run_id']).__name__}")
+    for key in ("config", "hashes", "versions"):
+        if key in manifest and not isinstance(manifest[key], dict):
+            raise RunRecordError(f"{path}: {key} must be an object, not {type(manifest[key]).__name__}")
     check_schema_version(str(manifest["schema_version"]), where=str(path))
     return manifest
 

@@ -8,9 +8,9 @@ not be read is listed in ``RunRecord.problems``; it never raises for a damaged s
 
 from __future__ import annotations
 
-import json
 import os
 import socket
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
@@ -20,7 +20,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlobs.schema import ENVELOPE_NAMES, KINDS, SCHEMA_MAJOR, all_fields, arrow_schema, parse_version
+from rlobs.store import compact
 from rlobs.store.manifest import EVENTS_DIR, PROCESSES_DIR, RunRecordError, read_manifest
+from rlobs.store.safeio import (MAX_PROCESS_FILE_BYTES, RecordFileError, check_checksum, has_glob, read_json,
+                               regular)
 from rlobs.store.segments import ARROWS, PARQUET
 
 _EOS = b"\xff\xff\xff\xff\x00\x00\x00\x00"
@@ -32,7 +35,7 @@ class ReadProblem:
 
     path: str
     kind: str
-    problem: str  # truncated | unsealed | unreadable | schema
+    problem: str  # truncated | unsealed | unreadable | schema | malformed (a process file or value)
     detail: str
     rows_read: int = 0
     bytes_unread: int = 0
@@ -121,8 +124,11 @@ class RunRecord:
     """A run record opened for queries. Use ``sql()`` or the per-kind views (``SELECT * FROM rollout``)."""
 
     def __init__(self, path: Path, manifest: dict[str, Any], con: duckdb.DuckDBPyConnection,
-                 problems: list[ReadProblem], files: dict[str, list[str]], processes: list[ProcessInfo]):
+                 problems: list[ReadProblem], files: dict[str, list[str]], processes: list[ProcessInfo],
+                 verified: bool = False, checksums: dict[str, int] | None = None):
         self.path = path
+        self.verified = verified  # every sealed segment checked (checksum, or page checksums without one)
+        self.checksums = checksums or {"verified": 0, "missing": 0}
         self.manifest = manifest
         self.con = con
         self.problems = problems
@@ -186,6 +192,8 @@ class RunRecord:
             "processes": [{**asdict(p), "events": by_process.get(p.process, 0)} for p in self.processes],
             "problems": [asdict(p) for p in self.problems] + query_errors,
             "truncated": any(p.problem in ("truncated", "unreadable") for p in self.problems),
+            "verified": self.verified,
+            "checksums": dict(self.checksums),
         }
 
     def close(self) -> None:
@@ -198,25 +206,60 @@ class RunRecord:
         self.close()
 
 
-def _load_processes(run_dir: Path) -> list[ProcessInfo]:
-    out = []
+_PROCESS_FIELDS: dict[str, tuple[type, ...]] = {
+    "component": (str,), "rank": (int,), "host": (str,), "pid": (int,), "started_ns": (int,), "ended_ns": (int,),
+    "metrics_url": (str,), "process": (str,)}
+_INT_RANGE = {"rank": (0, 1 << 31), "pid": (0, 1 << 31), "started_ns": (0, 1 << 63), "ended_ns": (0, 1 << 63)}
+
+
+def _load_processes(run_dir: Path, problems: list[ReadProblem]) -> list[ProcessInfo]:
+    """One ``ProcessInfo`` per ``processes/*.json``; every file or value that cannot be used is listed in
+    ``problems`` (the value is left at its default), never raised."""
+    out: list[ProcessInfo] = []
     pdir = run_dir / PROCESSES_DIR
     if not pdir.is_dir():
         return out
     host = socket.gethostname()
-    for f in sorted(pdir.glob("*.json")):
+    try:
+        names = sorted(n for n in os.listdir(pdir) if n.endswith(".json") and not n.startswith("."))
+    except OSError as exc:
+        problems.append(ReadProblem(str(pdir), "process", "unreadable", f"cannot list: {exc.strerror or exc}"))
+        return out
+    for name in names:
+        f = pdir / name
+        stem = name[: -len(".json")]
         try:
-            raw = json.loads(f.read_text())
-        except (OSError, json.JSONDecodeError, UnicodeDecodeError):
-            out.append(ProcessInfo(process=f.stem, status="unknown"))
+            raw = read_json(f, MAX_PROCESS_FILE_BYTES)
+            if not isinstance(raw, dict):
+                raise RecordFileError(f"{f} holds a JSON {type(raw).__name__}, not an object")
+        except RecordFileError as exc:
+            problems.append(ReadProblem(str(f), "process", "malformed", str(exc)))
+            out.append(ProcessInfo(process=stem, status="unknown"))
             continue
-        known = {k: raw.get(k) for k in ("component", "rank", "host", "pid", "started_ns", "ended_ns", "metrics_url")}
-        info = ProcessInfo(process=str(raw.get("process", f.stem)), **{k: v for k, v in known.items() if v is not None},
-                           extra={k: v for k, v in raw.items() if k not in known and k != "process"})
+        known: dict[str, Any] = {}
+        for key, types in _PROCESS_FIELDS.items():
+            v = raw.get(key)
+            if v is None:
+                continue
+            lo_hi = _INT_RANGE.get(key)
+            ok = isinstance(v, types) and not isinstance(v, bool) and (lo_hi is None or lo_hi[0] <= v < lo_hi[1])
+            if isinstance(v, str) and len(v) > 4096:
+                ok = False
+            if not ok:
+                shown = repr(v)
+                problems.append(ReadProblem(str(f), "process", "malformed",
+                                            f"{key} = {shown[:80]}{'…' if len(shown) > 80 else ''} is not "
+                                            f"{'a valid ' + types[0].__name__ if lo_hi is None else 'an integer in range'}"
+                                            "; ignored"))
+                continue
+            known[key] = v
+        process = known.pop("process", stem)
+        info = ProcessInfo(process=process, **known,
+                           extra={k: v for k, v in raw.items() if k not in _PROCESS_FIELDS})
         if info.ended_ns:
             info.status = "ended"
         elif info.host == host and info.pid:
-            info.status = "running" if _pid_alive(int(info.pid)) else "lost"
+            info.status = "running" if _pid_alive(info.pid) else "lost"
         out.append(info)
     return out
 
@@ -257,64 +300,186 @@ def _create_view(con: Any, kind: str, parquet: list[str], tail: str | None) -> N
     con.execute(f'CREATE OR REPLACE VIEW "{kind}" AS SELECT {cols} FROM ({" UNION ALL BY NAME ".join(parts)})')
 
 
+SMALL_SEGMENTS = 32  # a kind with more sealed segments than this has its small ones read in one pass, in memory
+SMALL_SEGMENT_BYTES = 1 << 20
+SMALL_TOTAL_BYTES = 64 << 20
+MAX_GLOB_NAMED_BYTES = 256 << 20
+
+
+def _check_parquet(f: Path, kind: str, verify: bool, problems: list[ReadProblem]) -> tuple[Any, bool]:
+    """(the opened ParquetFile or None when unusable, checksum verified) for one sealed segment; what is
+    wrong goes to ``problems``."""
+    try:
+        pf = pq.ParquetFile(f)
+        major = _schema_major(pf.schema_arrow)
+        if major is not None and major != SCHEMA_MAJOR:
+            problems.append(ReadProblem(str(f), kind, "schema", f"segment written with schema major {major}"))
+            return None, False
+    except (pa.ArrowException, OSError, ValueError) as exc:  # NotImplemented too (a flipped footer bit)
+        problems.append(ReadProblem(str(f), kind, "unreadable", f"{type(exc).__name__}: {exc}"))
+        return None, False
+    if not verify:
+        return pf, False
+    bad = check_checksum(f)
+    if bad is False:  # no whole-file checksum recorded: page checksums are what there is
+        if (error := verify_parquet(f)) is not None:
+            problems.append(ReadProblem(str(f), kind, "unreadable", f"corrupt data: {error}"))
+            return None, False
+        return pf, False
+    if bad is not None:
+        problems.append(ReadProblem(str(f), kind, "unreadable", f"corrupt: {bad}; left out"))
+        return None, False
+    return pf, True
+
+
+def _read_small(kind: str, files: list[tuple[Path, os.stat_result]],
+                problems: list[ReadProblem]) -> tuple[pa.Table | None, list[str]]:
+    """The rows of many small sealed segments as one table, from the compaction cache when it holds them."""
+    k = compact.key(kind, files)
+    hit = compact.load(k)
+    if hit is not None:
+        table, names, probs = hit
+        problems += [ReadProblem(**p) for p in probs]
+        return table, names
+    def one(f: Path) -> tuple[pa.Table | None, list[ReadProblem]]:
+        found: list[ReadProblem] = []
+        pf, _ = _check_parquet(f, kind, False, found)
+        if pf is None:
+            return None, found
+        try:
+            return pf.read(use_threads=False), found
+        except (pa.ArrowException, OSError, ValueError) as exc:
+            return None, [ReadProblem(str(f), kind, "unreadable", f"{type(exc).__name__}: {exc}")]
+
+    tables, names, probs = [], [], []
+    with ThreadPoolExecutor(max_workers=min(8, os.cpu_count() or 1)) as pool:  # decoding releases the GIL
+        for (f, _st), (table, found) in zip(files, pool.map(one, [f for f, _ in files])):
+            probs += found
+            if table is not None:
+                tables.append(table)
+                names.append(str(f))
+    problems += probs
+    if not tables:
+        return None, []
+    try:
+        table = pa.concat_tables(tables, promote_options="permissive")
+    except (pa.ArrowException, ValueError) as exc:
+        problems.append(ReadProblem(str(files[0][0].parent), kind, "schema", f"segments do not combine: {exc}"))
+        return None, []
+    compact.save(k, table, names, [asdict(p) for p in probs])
+    return table, names
+
+
 def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord:
     """Open the run record at ``path``. Raises RunRecordError / UnsupportedSchemaVersion for a bad manifest.
 
-    ``verify``: read every sealed segment in full (page checksums included) and leave out corrupt ones,
-    listing them in ``problems``; slower, used after a query hit damaged data.
+    ``verify``: check every sealed segment against the SHA-256 its writer recorded (segments without one
+    are read in full with page checksums) and leave out corrupt ones, listing them in ``problems``.
+    Only regular files are read (FIFOs, devices and symlinks are listed as problems); file names never
+    reach DuckDB as glob patterns; a kind split into many small segments is read in one scan.
     """
     run_dir = Path(path)
     if not run_dir.exists():
         raise RunRecordError(f"{run_dir} does not exist")
+    if not run_dir.is_dir():
+        raise RunRecordError(f"{run_dir} is not a directory")
     manifest = read_manifest(run_dir)
     con = duckdb.connect(":memory:")
     con.execute("SET enable_progress_bar = false")
+    con.execute("SET parquet_metadata_cache = true")  # sealed segments never change: parse each footer once
     problems: list[ReadProblem] = []
     files: dict[str, list[str]] = {}
+    checksums = {"verified": 0, "missing": 0}
     events_dir = run_dir / EVENTS_DIR
     envelope_parts = []
     for kind in KINDS:
         kdir = events_dir / kind
         parquet: list[str] = []
+        in_memory: list[str] = []  # sealed segments read here (small ones of a many-segment kind, glob names)
         tails: list[pa.Table] = []
-        if kdir.is_dir():
-            for f in sorted(kdir.iterdir()):
-                if f.name.startswith("."):
-                    continue
-                if f.suffix == PARQUET:
-                    try:
-                        schema = pq.read_schema(f)
-                        major = _schema_major(schema)
-                        if major is not None and major != SCHEMA_MAJOR:
-                            problems.append(ReadProblem(str(f), kind, "schema", f"segment written with schema major {major}"))
+        try:
+            entries = sorted(os.listdir(kdir)) if kdir.is_dir() else []
+        except OSError as exc:
+            problems.append(ReadProblem(str(kdir), kind, "unreadable", f"cannot list: {exc.strerror or exc}"))
+            entries = []
+        names = set(entries)
+        # many small sealed segments: read here into one in-memory table (a compacted copy is cached, see
+        # rlobs.store.compact), instead of DuckDB re-reading thousands of footers for every query
+        many = sum(n.endswith(PARQUET) for n in entries) > SMALL_SEGMENTS
+        small_bytes = 0
+        small_files: list[tuple[Path, os.stat_result]] = []
+        for name in entries:
+            if name.startswith("."):
+                continue
+            f = kdir / name
+            if f.suffix not in (PARQUET, ARROWS):
+                continue
+            if f.suffix == ARROWS and f.with_suffix(PARQUET).name in names:
+                continue  # sealed; the .arrows is a leftover of an interrupted seal
+            try:
+                st = regular(f)
+            except RecordFileError as exc:
+                problems.append(ReadProblem(str(f), kind, "unreadable", str(exc)))
+                continue
+            if f.suffix == PARQUET:
+                if (many and st.st_size <= SMALL_SEGMENT_BYTES and small_bytes + st.st_size <= SMALL_TOTAL_BYTES
+                        and not has_glob(str(f))):
+                    if verify:  # checksums first: a corrupt segment never reaches the compacted copy
+                        bad = check_checksum(f)
+                        recorded = bad is not False
+                        if bad is False:
+                            bad = verify_parquet(f)
+                        if bad is not None:
+                            problems.append(ReadProblem(str(f), kind, "unreadable", f"corrupt: {bad}; left out"))
                             continue
-                        pq.read_metadata(f)
-                    except (pa.ArrowException, OSError, ValueError) as exc:  # NotImplemented too (a flipped footer bit)
+                        checksums["verified" if recorded else "missing"] += 1
+                    small_files.append((f, st))
+                    small_bytes += st.st_size
+                    continue
+                pf, checked = _check_parquet(f, kind, verify, problems)
+                if pf is None:
+                    continue
+                if verify:
+                    checksums["verified" if checked else "missing"] += 1
+                glob_name = has_glob(str(f))  # DuckDB would expand it as a pattern: read it here instead
+                if glob_name and st.st_size > MAX_GLOB_NAMED_BYTES:
+                    problems.append(ReadProblem(str(f), kind, "unreadable", "name contains glob characters and the "
+                                                "file is too large to read outside DuckDB: rename it"))
+                    continue
+                if glob_name:
+                    try:
+                        tails.append(pf.read())
+                        in_memory.append(str(f))
+                    except (pa.ArrowException, OSError, ValueError) as exc:
                         problems.append(ReadProblem(str(f), kind, "unreadable", f"{type(exc).__name__}: {exc}"))
-                        continue
-                    if verify and (error := verify_parquet(f)) is not None:
-                        problems.append(ReadProblem(str(f), kind, "unreadable", f"corrupt data: {error}"))
-                        continue
-                    parquet.append(str(f))
-                elif f.suffix == ARROWS:
-                    if f.with_suffix(PARQUET).exists():
-                        continue  # sealed; the .arrows is a leftover of an interrupted seal
-                    table, problem = read_stream(f, kind)
-                    if problem is not None:
-                        problems.append(problem)
-                    if table is not None and table.num_rows:
-                        tails.append(table)
+                    continue
+                parquet.append(str(f))
+            else:
+                table, problem = read_stream(f, kind)
+                if problem is not None:
+                    problems.append(problem)
+                if table is not None and table.num_rows:
+                    tails.append(table)
+        if small_files:
+            table, names_read = _read_small(kind, small_files, problems)
+            if table is not None:
+                tails.append(table)
+                in_memory += names_read
         tail = None
         if tails:
             tail = f"_tail_{kind}"
-            con.register(tail, pa.concat_tables(tails, promote_options="permissive"))
+            try:
+                con.register(tail, pa.concat_tables(tails, promote_options="permissive"))
+            except (pa.ArrowException, ValueError) as exc:
+                problems.append(ReadProblem(str(kdir), kind, "schema", f"open segments do not combine: {exc}"))
+                tail = None
         try:
             _create_view(con, kind, parquet, tail)
         except duckdb.Error:  # a footer DuckDB cannot parse: leave out (and list) the files it cannot bind
             parquet = _readable_by_duckdb(con, parquet, kind, problems)
             _create_view(con, kind, parquet, tail)
         if parquet or tails:
-            files[kind] = parquet + [str(t) for t in range(len(tails))]
+            files[kind] = parquet + in_memory + [f"<open segment {t}>" for t in range(len(tails) - len(in_memory))]
             env_cols = ", ".join(f'"{n}"' for n in ENVELOPE_NAMES)
             envelope_parts.append(f"SELECT {_sql_str(kind)} AS kind, {env_cols} FROM \"{kind}\"")
     if envelope_parts:
@@ -322,7 +487,8 @@ def open_run(path: str | os.PathLike[str], *, verify: bool = False) -> RunRecord
     else:
         env_cols = ", ".join(f'NULL::{_duck(n)} AS "{n}"' for n in ENVELOPE_NAMES)
         con.execute(f"CREATE VIEW events AS SELECT NULL::VARCHAR AS kind, {env_cols} WHERE false")
-    return RunRecord(run_dir, manifest, con, problems, files, _load_processes(run_dir))
+    processes = _load_processes(run_dir, problems)
+    return RunRecord(run_dir, manifest, con, problems, files, processes, verified=verify, checksums=checksums)
 
 
 _DUCK_TYPES = {"int32": "INTEGER", "int64": "BIGINT", "float64": "DOUBLE", "float32": "FLOAT", "string": "VARCHAR",

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from rlobs.schema import arrow_schema
+from rlobs.store.safeio import write_checksum
 
 ARROWS = ".arrows"
 PARQUET = ".parquet"
@@ -44,6 +45,7 @@ def seal(arrows_path: Path) -> Path | None:
     tmp = out.with_name("." + out.name + ".tmp")
     # page checksums let `open_run(verify=True)` detect flipped bytes that decompress cleanly
     pq.write_table(table, tmp, compression="zstd", row_group_size=256 * 1024, write_page_checksum=True)
+    write_checksum(tmp, out)  # the whole-file SHA-256, in place before the segment appears under its name
     os.replace(tmp, out)
     arrows_path.unlink(missing_ok=True)
     return out

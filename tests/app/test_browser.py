@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.parse
 import urllib.request
 from pathlib import Path
 
@@ -116,6 +117,8 @@ def test_every_page_renders_in_chromium_without_an_exception(replay):
         browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
         try:
             page = browser.new_page(viewport={"width": 1500, "height": 2600})
+            hosts: set[str] = set()  # no external fetch: no CDN icon or font, no image from a record string
+            page.on("request", lambda req: hosts.add(urllib.parse.urlsplit(req.url).hostname or req.url))
             for path, text in PAGES.items():
                 page.goto(f"{replay}/{path}")
                 page.get_by_text(text, exact=False).first.wait_for(timeout=60_000)
@@ -135,6 +138,7 @@ def test_every_page_renders_in_chromium_without_an_exception(replay):
             _settle(page)
             assert page.locator('[data-testid="stException"]').count() == 0
             page.screenshot(path=str(ARTIFACTS / "triage_to_weight_sync.png"), full_page=True)
+            assert hosts == {"127.0.0.1"}, hosts
         finally:
             browser.close()
 
@@ -149,3 +153,22 @@ def _settle(page, timeout_s: float = 30.0) -> None:
             break
         time.sleep(0.2)
     page.wait_for_timeout(700)
+
+
+def _ws_handshake(port: int, host: str) -> str:
+    """The status line of a WebSocket upgrade to Streamlit's stream with the given Host and Origin."""
+    import base64
+
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as s:
+        key = base64.b64encode(os.urandom(16)).decode()
+        s.sendall((f"GET /_stcore/stream HTTP/1.1\r\nHost: {host}:{port}\r\nUpgrade: websocket\r\n"
+                   f"Connection: Upgrade\r\nSec-WebSocket-Key: {key}\r\nSec-WebSocket-Version: 13\r\n"
+                   f"Origin: http://{host}:{port}\r\nSec-WebSocket-Protocol: streamlit\r\n\r\n").encode())
+        return s.recv(4096).decode(errors="replace").split("\r\n", 1)[0]
+
+
+def test_dns_rebinding_host_is_refused(replay):
+    port = int(replay.rsplit(":", 1)[1])
+    assert " 403 " in _ws_handshake(port, "rebind.example")  # a rebound name reaching 127.0.0.1
+    assert " 101 " in _ws_handshake(port, "127.0.0.1")
+    assert " 101 " in _ws_handshake(port, "localhost")

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.app.conftest import app_test, metrics, no_failure, texts
+from tests.app.conftest import app_test, metrics, no_failure, texts, unescape
 
 pytest.importorskip("streamlit")
 
@@ -78,7 +78,7 @@ def test_weight_sync_gantt_and_one_sync_in_full(runs_root, monkeypatch):
     m = metrics(at)
     assert (m["Versions synced"], m["Syncs with a failed boundary"], m["Cache resets not confirmed"]) == ("16", "8", "8")
     assert len(at.get("vega_lite_chart")) == 1  # the Gantt
-    assert at.error[0].value == "version 9: failed boundaries: cache_reset:skipped"
+    assert unescape(at.error[0].value) == "version 9: failed boundaries: cache_reset:skipped"
     detail = at.dataframe[1].value
     assert list(detail.columns) == ["dump", "staging", "transfer", "load", "cache_reset", "end_to_end"]
     assert detail.loc["reset_confirmed", "cache_reset"] == "False"

@@ -7,6 +7,7 @@ import streamlit as st
 
 from rlobs.app import charts, paths, state
 from rlobs.app.data import RunData
+from rlobs.textsafe import md
 
 SERIES = [  # (query, column, title, log scale)
     ("train_series", "reward_mean", "reward (batch mean)", False),
@@ -39,10 +40,10 @@ def render(run: RunData) -> None:
     other_name = st.selectbox("Compare with", names, index=names.index(wanted) if wanted in names else 0, key="run2")
     other = state.run_data(str(paths.confine(root, other_name)))
     if other.error:
-        st.error(f"could not open {other_name}: {other.error}")
+        st.error(f"could not open {md(other_name)}: {md(other.error)}")
         return
     labels = (f"A: {run.path.name}", f"B: {other.path.name}")
-    st.caption(f"{labels[0]} ({run.run_id}) vs {labels[1]} ({other.run_id})")
+    st.caption(f"{md(labels[0])} ({md(run.run_id)}) vs {md(labels[1])} ({md(other.run_id)})")
     ba, bb = run.steps(), other.steps()
     if ba is None or bb is None:
         st.info("one of the runs has no steps yet")

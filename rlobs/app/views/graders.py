@@ -6,6 +6,7 @@ import streamlit as st
 
 from rlobs.app import charts, state
 from rlobs.app.data import RunData
+from rlobs.textsafe import md
 
 VIEWS = __import__("pathlib").Path(__file__).resolve().parent
 
@@ -48,7 +49,7 @@ def render(run: RunData) -> None:
     st.dataframe(slow, hide_index=True, key="slowest_table")
     if len(slow):
         sid = st.selectbox("Open the sample of a slow call", slow["sample_id"].tolist(), key="slow_sample")
-        st.page_link(VIEWS / "samples.py", label=f"Sample {sid} in full", icon=":material/open_in_new:",
+        st.page_link(VIEWS / "samples.py", label=f"Sample {md(sid)} in full", icon=":material/open_in_new:",
                      query_params={"sample": sid})
 
 

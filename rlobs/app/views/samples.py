@@ -9,6 +9,7 @@ import streamlit as st
 from rlobs.app import state
 from rlobs.app.data import RunData
 from rlobs.app.queries import SampleFilter
+from rlobs.textsafe import md
 
 PAGE_SIZE = 200
 
@@ -51,10 +52,10 @@ def render(run: RunData) -> None:
 def show_sample(run: RunData, sample_id: str) -> None:
     d = run.q("sample_detail", sample_id)
     if d is None:
-        st.warning(f"sample {sample_id} not found")
+        st.warning(f"sample {md(sample_id)} not found")
         return
     r = d["rollout"]
-    st.subheader(f"Sample {sample_id}")
+    st.subheader(f"Sample {md(sample_id)}")
     stale = (r.get("policy_version") - r.get("dispatch_version")) if r.get("dispatch_version") is not None and r.get("policy_version") is not None else None
     consumed = d["ledger"][d["ledger"]["state"] == "consumed"] if len(d["ledger"]) else d["ledger"]
     if len(consumed) and pd.notna(consumed.iloc[0]["staleness"]):

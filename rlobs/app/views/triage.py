@@ -9,6 +9,7 @@ import streamlit as st
 
 from rlobs.app import state
 from rlobs.app.data import RunData
+from rlobs.textsafe import md, md_code
 
 VIEWS = Path(__file__).resolve().parent
 # doctor concern -> page that shows its evidence
@@ -39,7 +40,7 @@ def render(run: RunData) -> None:
     from rlobs.doctor import registry
 
     st.title("Triage")
-    st.caption(f"run **{run.run_id}** · `{run.path}`")
+    st.caption(f"run **{md(run.run_id)}** · {md_code(run.path)}")
     state.problems_box(run)
     with st.spinner("running the doctor…"):
         report = run.report()
@@ -59,14 +60,14 @@ def render(run: RunData) -> None:
     for i, f in enumerate(findings, 1):
         sev = str(f.severity)
         with st.container(border=True):
-            st.markdown(f"#### {i}. {f.title}")
+            st.markdown(f"#### {i}. {md(f.title)}")
             where = (f"steps {f.first_step}–{f.last_step}" if f.first_step is not None else "whole run")
-            explained = f" · explained by `{f.explained_by}`" if f.explained_by else ""
-            st.markdown(f":{SEVERITY_COLOR.get(sev, 'gray')}-badge[{sev.upper()}] `{f.rule}` · {where} · "
+            explained = f" · explained by {md_code(f.explained_by)}" if f.explained_by else ""
+            st.markdown(f":{SEVERITY_COLOR.get(sev, 'gray')}-badge[{md(sev.upper())}] {md_code(f.rule)} · {md(where)} · "
                         f"confidence {f.confidence:.2f}{explained}")
-            st.markdown(f"**Root cause:** {f.root_cause}")
+            st.markdown(f"**Root cause:** {md(f.root_cause)}")
             if len(f.chain) > 1:
-                st.caption("Chain (symptom → cause): " + " → ".join(f.chain))
+                st.caption("Chain (symptom → cause): " + " → ".join(md(c) for c in f.chain))
             if f.evidence:
                 st.dataframe([{"metric": e.metric, "observed": str(e.observed), "threshold": "" if e.threshold is None else str(e.threshold),
                                "steps": "" if e.steps is None else f"{e.steps[0]}–{e.steps[1]}", "note": e.note}
@@ -77,17 +78,18 @@ def render(run: RunData) -> None:
             with left:
                 st.page_link(page, label=label, icon=":material/query_stats:", query_params=params)
             with right:
+                # the rule id comes from the doctor's registry, not from the record: no escaping needed
                 st.page_link(VIEWS / "runbook.py", label=f"Runbook: runbooks/{f.rule}.md", icon=":material/menu_book:",
                              query_params={"rule": f.rule})
             if f.remediation:
                 with st.expander("Remediation"):
-                    st.markdown("\n".join(f"- {r}" for r in f.remediation))
+                    st.markdown("\n".join(f"- {md(r)}" for r in f.remediation))
     if report.insufficient:
         with st.expander(f"{len(report.insufficient)} rule(s) lacked data"):
             st.dataframe([{"rule": k, "why": v} for k, v in sorted(report.insufficient.items())], hide_index=True)
     if report.errors:
         st.error(f"{len(report.errors)} rule(s) failed on this record: " +
-                 "; ".join(f"{k}: {v}" for k, v in sorted(report.errors.items())))
+                 "; ".join(f"{md(k)}: {md(v)}" for k, v in sorted(report.errors.items())))
     st.caption(f"doctor ran {len(rules)} rules in {report.seconds:.2f} s")
 
 

@@ -12,6 +12,7 @@ import streamlit as st
 
 from rlobs.app import charts, state
 from rlobs.app.data import RunData
+from rlobs.textsafe import md
 
 GANTT_VERSIONS = 40
 DETAIL_COLUMNS = ["boundary", "outcome", "duration_s", "bytes", "bandwidth_bps", "retries", "tensors_expected",
@@ -70,7 +71,7 @@ def render(run: RunData) -> None:
     detail = run.q("sync_detail", int(version))
     row = versions[versions["version"] == version]
     if len(row) and pd.notna(row.iloc[0]["failed"]):
-        st.error(f"version {version}: failed boundaries: {row.iloc[0]['failed']}")
+        st.error(f"version {version}: failed boundaries: {md(row.iloc[0]['failed'])}")
     elif len(row):
         st.success(f"version {version}: every boundary ok")
     cols = [c for c in DETAIL_COLUMNS if c in detail.columns]

@@ -40,7 +40,7 @@ def damaged(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Processes that never closed their recorder (killed) and segments that could not be read in full."""
     rec = ctx.record
     lost = [p for p in rec.processes if p.status == "lost"]
-    broken = [p for p in rec.problems if p.problem in ("truncated", "unreadable", "schema")]
+    broken = [p for p in rec.problems if p.problem in ("truncated", "unreadable", "schema", "malformed")]
     if not lost and not broken:
         return []
     ev = []
@@ -53,7 +53,8 @@ def damaged(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                            + (f"; restarted by Ray at step {back.get('step')}, back after {back.get('wait_s')} s "
                               "(incident actor_restart)" if back else "")))
     for b in broken[:10]:
-        ev.append(Evidence(f"segment {b.path.rsplit('/', 1)[-1]}", b.problem, "complete",
+        what = "process file" if b.kind == "process" else "segment"
+        ev.append(Evidence(f"{what} {b.path.rsplit('/', 1)[-1]}", b.problem, "complete",
                            note=f"{b.rows_read} rows read; {b.detail[:100]}"))
     return [Finding(
         rule="record-damaged", severity=Severity.WARNING if broken else Severity.INFO,
