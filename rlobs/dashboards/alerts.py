@@ -75,8 +75,9 @@ class AlertThresholds:
     grader_slow_ratio: float = field(default_factory=lambda: float(_doctor_thresholds("grader-slow")["ratio"]))
     grader_slow_min_seconds: float = field(
         default_factory=lambda: float(_doctor_thresholds("grader-slow")["min_seconds"]))
-    # calls wait in the grader queue far longer than they run: the pool is saturated
-    grader_backlog_ratio: float = 3.0
+    # calls wait in the grader queue longer than they run, and seconds long: the pool is saturated (healthy
+    # trainer_ref runs: p95 queue wait 0.02-0.2 s; a 2 s grader saturating the pool: 28 s)
+    grader_backlog_ratio: float = 1.0
     grader_backlog_min_seconds: float = 5.0
 
 
@@ -351,8 +352,9 @@ RULES: tuple[AlertRule, ...] = (
                 f"{_grader_p95('rlobs_grader_queue_wait_seconds')} > {T.grader_backlog_min_seconds:g}"), "1m",
         "Grader {{ $labels.grader_kind }} calls queue far longer than they run ({{ $labels.run }})",
         "{{ $labels.grader_kind }} grader calls in {{ $labels.component }} (run {{ $labels.run }}) waited "
-        "{{ $value | humanizeDuration }} (p95 over 5 minutes) in the queue, over " + f"{T.grader_backlog_ratio:g}"
-        + "x their own latency: the grader pool is saturated and the trainer waits for rewards.",
+        "{{ $value | humanizeDuration }} (p95 over 5 minutes) in the queue, longer than " +
+        (f"{T.grader_backlog_ratio:g}x " if T.grader_backlog_ratio != 1 else "") +
+        "the calls themselves take: the grader pool is saturated and the trainer waits for rewards.",
         PromtoolCase((("rlobs_grader_queue_wait_seconds_bucket", {"grader_kind": "code", "le": "1"}, "0+20x4 80x15"),
                       ("rlobs_grader_queue_wait_seconds_bucket", {"grader_kind": "code", "le": "30"}, "0+20x19"),
                       ("rlobs_grader_queue_wait_seconds_bucket", {"grader_kind": "code", "le": "+Inf"}, "0+20x19"),

@@ -5,7 +5,7 @@
 In order, each in its own run directory under BASE_DIR (created by the test before Prometheus starts):
 
 1. ``healthy-sync``, ``healthy-colocate_async``, ``healthy-separate_async``: clean runs to the end;
-2. ``slow-grader``: every grader call sleeps 2 s (the pool saturates); held at step 4 until the test
+2. ``slow-grader``: every grader call sleeps 4 s (the pool saturates); held at step 4 until the test
    says ``go`` on stdin (it watches for the grader alert meanwhile);
 3. ``kill-grader``: a grader actor's process is SIGKILLed at step 2 (Ray restarts it); held at step 4
    until ``go``;
@@ -84,7 +84,7 @@ def main() -> int:
         return hook
 
     run("slow-grader", "separate_async", 6, on_step=hold_at(4), fault="slow_grader", fault_onset=0,
-        fault_magnitude=2.0)
+        fault_magnitude=4.0)
 
     def kill_then_hold(cfg: Config, out: dict) -> None:
         run_dir = Path(cfg.run_dir)

@@ -9,7 +9,7 @@ and time; the tests then read that timeline:
 - SIGKILL of a grader: RlobsProcessDown names the grader within 1 minute;
 - SIGSTOP of the generator: RlobsNoProgress fires within 2 minutes and names the generator as the
   process that went quiet first (RlobsProcessDown names it too);
-- a grader at 2 s a call: RlobsGraderBacklog fires.
+- a grader at 4 s a call: RlobsGraderBacklog fires.
 """
 
 from __future__ import annotations
@@ -177,5 +177,5 @@ def test_sigstop_of_the_generator_fires_no_progress_naming_it_within_two_minutes
 
 def test_a_saturated_grader_pool_fires_the_grader_alert(timeline):
     hit = timeline.first("slow-grader", "grader-backlog")
-    assert hit, "RlobsGraderBacklog never fired with a 2 s grader"
+    assert hit, "RlobsGraderBacklog never fired with a 4 s grader"
     assert hit.labels.get("grader_kind") and "waited" in hit.description
