@@ -18,6 +18,7 @@ import logging
 import math
 import os
 import socket
+import threading
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -173,6 +174,7 @@ class _RecorderStatsCollector(Collector):
 
 class PrometheusSink:
     name = "prometheus"
+    linger_s = 6.0  # keep answering scrapes this long after the target file is gone (see close)
 
     def __init__(self, info: WriterInfo, *, run_dir: Path | None = None, port: int | None = None,
                  addr: str | None = None, serve: bool = True,
@@ -240,9 +242,18 @@ class PrometheusSink:
         pass
 
     def close(self) -> None:
+        """Remove the target file, then stop serving ``LINGER_S`` later, in the background: Prometheus applies
+        a removed file_sd target up to ~5 s later, and a scrape of a closed port in that gap is ``up == 0``
+        (RlobsProcessDown pending at every clean end). A process that exits sooner takes the server with it."""
         if self._sd_file is not None:
             self._sd_file.close()
-        if self.server is not None:
-            self.server.shutdown()
-            self.server.server_close()
-            self.server = None
+        server, self.server = self.server, None
+        if server is not None:
+            timer = threading.Timer(self.linger_s, self._stop_server, args=(server,))
+            timer.daemon = True
+            timer.start()
+
+    @staticmethod
+    def _stop_server(server: Any) -> None:
+        server.shutdown()
+        server.server_close()

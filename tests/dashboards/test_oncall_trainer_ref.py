@@ -153,7 +153,10 @@ def test_healthy_runs_of_every_mode_raise_nothing_before_or_after_their_end(time
     for mode in ("sync", "colocate_async", "separate_async"):
         scenario = f"healthy-{mode}"
         assert (scenario, "ended") in timeline.events, timeline.events.keys()
-        raised = sorted({(a.name, a.state) for a in timeline.alerts if timeline.run_ids.get(a.run) == scenario})
+        raised = sorted({(a.name, a.state) for a in timeline.alerts if timeline.run_ids.get(a.run) == scenario
+                         # one scrape slower than its 2 s timeout on a loaded machine reads as up == 0: pending,
+                         # which the 30 s `for:` keeps from paging; anything else may not even go pending
+                         and (a.state == "firing" or a.name != rule("process-down").name)})
         assert not raised, f"{scenario}: {raised}"
 
 
