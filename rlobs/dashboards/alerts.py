@@ -76,9 +76,9 @@ class AlertThresholds:
     grader_slow_min_seconds: float = field(
         default_factory=lambda: float(_doctor_thresholds("grader-slow")["min_seconds"]))
     # calls wait in the grader queue longer than they run, and seconds long: the pool is saturated (healthy
-    # trainer_ref runs: p95 queue wait 0.02-0.2 s; a 2 s grader saturating the pool: 28 s)
+    # trainer_ref runs: p95 queue wait 0.005-0.02 s; a 4 s grader behind 2 workers, admission-bounded: 4.8 s)
     grader_backlog_ratio: float = 1.0
-    grader_backlog_min_seconds: float = 5.0
+    grader_backlog_min_seconds: float = 2.0
 
 
 T = AlertThresholds()
