@@ -22,6 +22,7 @@ from rlobs.dashboards.selectors import (
     Scope,
     agg,
     histogram_mean,
+    increase,
     metric_names,
     new_or_increase,
     rate,
@@ -170,6 +171,14 @@ def _counter_alert(metric: str, by: tuple[str, ...] = GROUP, **labels: str | tup
 _BORN = "_x6 1x13"  # a counter series born at minute 6 (prometheus_client creates it on first event)
 _PROC = (*GROUP, "rank", "instance")  # one process (target)
 _HB = "rlobs_heartbeat_timestamp_seconds"
+_LAST_STEP = agg("max", series("rlobs_train_step_last_timestamp_seconds", ALERT), GROUP)
+# the trainer's wall time per step while it progresses: (optimiser time + data wait) / steps over an hour. Both
+# counters move only when a step completes, so a stall does not stretch its own yardstick (a rate of steps
+# over the window did: 5 steps then a stall read as a 15 min interval)
+_W1H = ALERT.with_window("1h")
+_STEP_INTERVAL = (f"(({agg('sum', increase('rlobs_trainer_step_seconds_total', _W1H), GROUP)} + "
+                  f"{agg('sum', increase('rlobs_trainer_data_wait_seconds_total', _W1H), GROUP)}) / "
+                  f"{agg('sum', increase('rlobs_train_steps_total', _W1H), GROUP)})")
 _QUIETEST = ('{{ with query (printf "bottomk(1, max by (component, rank) (max_over_time(' + _HB +
              '{run=\\"%s\\"}[15m])))" $labels.run) }}{{ . | first | label "component" }}{{ end }}')
 _LAST_PHASE = ('{{ with query (printf "topk(1, ' + _HB + '{run=\\"%s\\",component=\\"%s\\",rank=\\"%s\\"})" '
@@ -195,19 +204,20 @@ RULES: tuple[AlertRule, ...] = (
                      not_yet_min=6, firing_min=7, component="grader", up=False)),
     AlertRule(
         "no-progress", "critical",
-        running(f"(time() - {agg('max', series('rlobs_train_step_last_timestamp_seconds', ALERT), GROUP)}) > "
-                f"clamp_min({T.no_progress_step_multiple:g} / "
-                f"{agg('max', rate('rlobs_train_steps_total', ALERT.with_window('15m')), GROUP)}, "
-                f"{T.no_progress_floor_seconds:g})"), "0m",
+        running(f"(time() - {_LAST_STEP}) > clamp_min(({T.no_progress_step_multiple:g} * {_STEP_INTERVAL} > 0) "
+                f"or (0 * {_LAST_STEP}), {T.no_progress_floor_seconds:g})"), "0m",
         "No optimiser step for {{ $value | humanizeDuration }} ({{ $labels.run }})",
         "{{ $labels.component }} of run {{ $labels.run }} is up but has taken no optimiser step for "
-        "{{ $value | humanizeDuration }}, over " + f"{T.no_progress_step_multiple:g}" + "x its recent step interval "
-        f"(at least {T.no_progress_floor_seconds:g} s). The process that went quiet first: " + _QUIETEST + ".",
+        "{{ $value | humanizeDuration }}, over " + f"{T.no_progress_step_multiple:g}" + "x its step interval "
+        f"(step plus data wait, last hour; at least {T.no_progress_floor_seconds:g} s). The process that went "
+        "quiet first: " + _QUIETEST + ".",
         PromtoolCase((("rlobs_train_step_last_timestamp_seconds", {}, "0+60x5 300x14"),
                       ("rlobs_train_steps_total", {}, "0+60x5 300x14"),
+                      ("rlobs_trainer_step_seconds_total", {}, "0+30x5 150x14"),
+                      ("rlobs_trainer_data_wait_seconds_total", {}, "0+30x5 150x14"),
                       (_HB, {"phase": "train"}, "0+60x5 300x14"),
                       (_HB, {"phase": "generate"}, "0+60x4 240x15")),
-                     "2m 0s", not_yet_min=5, firing_min=7, query_text="trainer")),
+                     "2m 0s", not_yet_min=6, firing_min=7, query_text="trainer")),
     AlertRule(
         "heartbeat-lost", "critical",
         running(_gt(f"time() - {agg('max', f'max_over_time({series(_HB, ALERT)}[15m])', _PROC)}",
