@@ -127,16 +127,17 @@ def test_smollm2_separate_async_judge_then_resume(smol_stack, tmp_path):
 
 
 @needs_smollm2
-def test_smollm2_sync_two_ranks_exact(smol_stack, tmp_path):
-    """sync on two data-parallel trainer ranks (gloo), exact-match grader: ranks stay identical."""
+def test_smollm2_sync_two_ranks_rule(smol_stack, tmp_path):
+    """sync on two data-parallel trainer ranks (gloo), rule grader: ranks stay identical. (The exact
+    grader scores every held-out evaluation, and the pool of the tied-Qwen3 test.)"""
     import ray
 
     from trainer_ref.run import start_trainers, train
 
     actors, model_dir = smol_stack
-    cfg = smol_config(tmp_path / "dp", mode="sync", steps=2, dp=2, grader="exact")
+    cfg = smol_config(tmp_path / "dp", mode="sync", steps=2, dp=2, grader="rule")
     trainers = start_trainers(cfg, model_dir, {})
-    graders = _graders("exact", cfg)
+    graders = _graders("rule", cfg)
     try:
         digests = []
         s = train(cfg, actors={**actors, "trainer": trainers[0], "trainers": trainers, "graders": graders},
@@ -148,17 +149,16 @@ def test_smollm2_sync_two_ranks_exact(smol_stack, tmp_path):
 
 
 @needs_smollm2
-def test_smollm2_colocate_async_code_and_rule(smol_stack, tmp_path):
-    """colocate_async with the sandboxed code grader, then sync with the rule grader."""
+def test_smollm2_colocate_async_code(smol_stack, tmp_path):
+    """colocate_async with the sandboxed code grader (the answer text run as Python in bubblewrap)."""
     from trainer_ref.run import train
 
     actors, model_dir = smol_stack
-    for mode, kind in (("colocate_async", "code"), ("sync", "rule")):
-        cfg = smol_config(tmp_path / kind, mode=mode, steps=2, grader=kind)
-        graders = _graders(kind, cfg)
-        try:
-            s = train(cfg, actors={**actors, "graders": graders}, model_dir=model_dir)
-        finally:
-            _drop(graders)
-        assert s["steps"] == 2 and s["version"] == 2
-        check_record(tmp_path / kind, 2)
+    cfg = smol_config(tmp_path / "code", mode="colocate_async", steps=2, grader="code")
+    graders = _graders("code", cfg)
+    try:
+        s = train(cfg, actors={**actors, "graders": graders}, model_dir=model_dir)
+    finally:
+        _drop(graders)
+    assert s["steps"] == 2 and s["version"] == 2
+    check_record(tmp_path / "code", 2)
