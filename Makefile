@@ -15,7 +15,7 @@ RUN ?= runs/main
 MAIN_ARGS ?= --lr 3e-4 --steps 30 --eval-every 10
 else
 RUN ?= runs/main-$(notdir $(MODEL))
-MAIN_ARGS ?= --steps 16 --groups-per-step 4 --group-size 4 --max-tokens 16 --eval-every 4 --eval-prompts 32
+MAIN_ARGS ?= --lr 2e-5 --steps 12 --groups-per-step 4 --group-size 4 --max-tokens 16 --eval-every 4 --eval-prompts 32
 endif
 
 main:

@@ -66,8 +66,8 @@ def corpus(seed: int, n: int) -> list[str]:
     return [p.prompt + p.target for p in (make_problem(seed, i) for i in range(n))]
 
 
-def make_echo(seed: int, index: int, *, lo: int = 10_000, hi: int = 99_999) -> Problem:
-    """Problem ``index`` of the ``echo`` stream: ``"Repeat 41736"`` -> ``"#41736"``."""
+def make_echo(seed: int, index: int, *, lo: int = 10_000_000, hi: int = 99_999_999) -> Problem:
+    """Problem ``index`` of the ``echo`` stream: ``"Repeat 40427945"`` -> ``"#40427945"``."""
     a = random.Random(seed * 1_000_003 + index).randint(lo, hi)
     return Problem(index, f"Repeat {a}", a, "echo", f"#{a}")
 
@@ -92,10 +92,10 @@ class TaskSpec:
 TASKS: dict[str, TaskSpec] = {
     "arith": TaskSpec("arith", "sums of two operands 0-40 and a long tail of running-sum chains (the tiny models' task)"),
     # SmolLM2-135M (Q4_1 weights) cannot add: with demonstrations it gets the format but 2 % of
-    # "n+1=" and 18 % of one-digit sums right at T = 1; it copies a two-digit number in the format
-    # two times out of three at T = 1 and every time greedily. Five digits leave room to learn: the
+    # "n+1=" and 18 % of one-digit sums right at T = 1 (reversing 3 digits: 7 %); it copies an
+    # 8-digit number in the format 67 % of the time at T = 1 and 94 % greedily (16 prompts x 8): the
     # sampled-vs-greedy gap GRPO closes in minutes (the rule grader's digit credit grades near misses)
-    "echo": TaskSpec("echo", "'Repeat n' -> '#n' for n in 10000-99999, two demonstrations as chat turns (SmolLM2-135M's task)",
+    "echo": TaskSpec("echo", "'Repeat n' -> '#n' for 8-digit n, two demonstrations as chat turns (SmolLM2-135M's task)",
                      shots=(("Repeat 12", "#12"), ("Repeat 5308", "#5308"))),
 }
 
