@@ -197,7 +197,7 @@ def build_smollm2(out_dir: str | os.PathLike[str] | None = None) -> Path:
         raise RuntimeError(SMOLLM2_MISSING)
     if importlib.util.find_spec("gguf") is None:
         raise RuntimeError(SMOLLM2_MISSING)
-    pkg = Path(list(spec.submodule_search_locations)[0])
+    pkg = Path(next(iter(spec.submodule_search_locations)))
     gguf = next(pkg.rglob("*.gguf"))
     src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
@@ -242,23 +242,25 @@ ARCHS = ("llama", "qwen2", "qwen3")
 def build_tiny_arch(arch: str = "qwen3", *, tied: bool = True, out_dir: str | os.PathLike[str] | None = None,
                     seed: int = 0) -> Path:
     """A 2-layer ``arch`` model (hidden 64, 4 query heads over 2 key/value heads, so q/k/v differ in
-    size) with random weights, ``tie_word_embeddings=tied``, and the tiny byte-level tokenizer, saved
+    size; Qwen2: q/k/v biases; Qwen3: q/k norms) with random weights, ``tie_word_embeddings=tied``, and the tiny byte-level tokenizer, saved
     with ``save_pretrained``: an HF folder transformers and vLLM load as that family. Cached, atomic."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
 
     if arch not in ARCHS:
         raise ValueError(f"arch={arch!r}; valid: {', '.join(ARCHS)}")
-    out = Path(out_dir) if out_dir else cache_root() / f"tiny-{arch}-{'tied' if tied else 'untied'}-s{seed}"
+    # Qwen2 has q/k/v biases by default. Not Qwen3's attention_bias=True: transformers then adds an
+    # o_proj bias that vLLM 0.32's Qwen3 has no parameter for (its loader drops it without a word; the
+    # trainer's start-up layout check refuses that model, naming o_proj.bias)
+    settings = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+                "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256, "tie_word_embeddings": tied}
+    key = hashlib.sha256(json.dumps({"arch": arch, "seed": seed, **settings}, sort_keys=True).encode()).hexdigest()[:12]
+    out = Path(out_dir) if out_dir else cache_root() / f"tiny-{arch}-{'tied' if tied else 'untied'}-{key}"
     if (out / "model.safetensors").exists():
         return out
     tok = build_tokenizer(seed, 262)
-    extra = {"attention_bias": True} if arch == "qwen3" else {}  # Qwen2 has q/k/v biases by default
-    cfg = AutoConfig.for_model(arch, vocab_size=len(tok), hidden_size=64, intermediate_size=128,
-                               num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, head_dim=16,
-                               max_position_embeddings=256, tie_word_embeddings=tied,
-                               bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
-                               pad_token_id=tok.pad_token_id, **extra)
+    cfg = AutoConfig.for_model(arch, vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                               pad_token_id=tok.pad_token_id, **settings)
     cfg.architectures = [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[arch]]
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)

@@ -1,6 +1,6 @@
 """trainer_ref on real Hugging Face models (issue #22), end to end on real Ray actors and real vLLM engines.
 
-* A tiny tied-embedding Qwen3 folder (q/k/v biases, q/k norms, GQA) through ``--model PATH``: the
+* A tiny tied-embedding Qwen3 folder (q/k norms, GQA) through ``--model PATH``: the
   trainer adopts the engine's layout and every sync's load fingerprints match the dump's.
 * SmolLM2-135M-Instruct (``--model smollm2``, tied embeddings, chat template, its ``echo`` task) in
   each mode, with two data-parallel ranks, a resume, and every grader (exact, rule, code, judge), a
