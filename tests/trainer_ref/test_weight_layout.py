@@ -42,7 +42,7 @@ def test_tied_model_dump_layout_and_fingerprints(arch: str) -> None:
     assert names == set(lay.names(sd))
     a = "model.layers.1.self_attn."
     assert a + "qkv_proj.weight" in names and a + "q_proj.weight" not in names and HEAD not in names
-    assert d.shapes[a + "qkv_proj.weight"] == [4 * 16 + 2 * 16 + 2 * 16, 64]  # GQA: q, k, v of different sizes
+    assert d.shapes[a + "qkv_proj.weight"] == [2 * 32 + 32 + 32, 64]  # GQA: q, k, v of different sizes
     assert d.shapes["model.layers.0.mlp.gate_up_proj.weight"] == [256, 64]
     if arch == "qwen2":  # q/k/v biases are fused like the weights
         assert d.shapes[a + "qkv_proj.bias"] == [128] and a + "q_proj.bias" not in names
