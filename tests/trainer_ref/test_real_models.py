@@ -23,7 +23,9 @@ from trainer_ref.model_build import SMOLLM2_MISSING, smollm2_available
 
 pytestmark = pytest.mark.slow
 
-SMOL = {"model": "smollm2", "groups_per_step": 2, "group_size": 4, "max_tokens": 16, "eval_prompts": 4,
+# groups of 8: SmolLM2 copies the number 2 times in 3 at T = 1, so a group of 4 is all-correct one time
+# in 5 and two such steps in a row are a real (if rare) zero-std warning; 8 makes that ~0.2 %
+SMOL = {"model": "smollm2", "groups_per_step": 2, "group_size": 8, "max_tokens": 16, "eval_prompts": 4,
         "progress": False, "grader_workers": 1}
 needs_smollm2 = pytest.mark.skipif(not smollm2_available(), reason=SMOLLM2_MISSING)
 
@@ -130,6 +132,7 @@ def _stop(actors: dict) -> None:
 
 
 @needs_smollm2
+@pytest.mark.timeout(900)  # two runs and a second vLLM engine (the judge): ~8 min on a loaded shared machine
 def test_smollm2_separate_async_judge_then_resume(smol_gen, tmp_path):
     """The README command's mode with the judge grader (its own vLLM engine scoring likelihoods),
     stopped after one step with a checkpoint, then resumed to the end."""
@@ -137,7 +140,7 @@ def test_smollm2_separate_async_judge_then_resume(smol_gen, tmp_path):
     from trainer_ref.run import train
 
     gen, model_dir = smol_gen
-    cfg = {"mode": "separate_async", "steps": 3, "grader": "judge", "checkpoint_every": 1}
+    cfg = {"mode": "separate_async", "steps": 2, "grader": "judge", "checkpoint_every": 1}
     actors = _actors(gen, model_dir, smol_config(tmp_path / "sa", **cfg))
     try:
         first = train(smol_config(tmp_path / "sa", stop_after=1, **cfg), actors=actors, model_dir=model_dir)
@@ -145,10 +148,10 @@ def test_smollm2_separate_async_judge_then_resume(smol_gen, tmp_path):
         second = train(smol_config(tmp_path / "sa", resume=True, **cfg), actors=actors, model_dir=model_dir)
     finally:
         _stop(actors)
-    assert second["resumed"] and second["steps"] == 3 and second["version"] == 3
+    assert second["resumed"] and second["steps"] == 2 and second["version"] == 2
     consumed = checkpoint.read_state(checkpoint.latest(tmp_path / "sa"))["consumed_groups"]
-    assert len(consumed) == len(set(consumed)) == 6
-    check_record(tmp_path / "sa", 3)
+    assert len(consumed) == len(set(consumed)) == 4
+    check_record(tmp_path / "sa", 2)
 
 
 @needs_smollm2
