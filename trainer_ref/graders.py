@@ -78,6 +78,9 @@ class JudgeModel:
         self.tok = AutoTokenizer.from_pretrained(model_dir)
         self.task = (cfg or {}).get("task", "arith")  # the judge reads the prompt as the policy saw it
         self.llm = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=max_model_len, seed=0)
+        import threading
+
+        self._lock = threading.Lock()  # vLLM's LLM is not thread-safe; the actor serves calls from threads
 
     def ready(self) -> bool:
         return True
@@ -92,8 +95,9 @@ class JudgeModel:
             c = self.tok(completion, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
             prompts.append({"prompt_token_ids": p + c})
             spans.append((len(p), len(p) + len(c)))
-        outs = self.llm.generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0),
-                                 use_tqdm=False)
+        with self._lock:
+            outs = self.llm.generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0),
+                                     use_tqdm=False)
         scores = []
         for o, (a, b), pr in zip(outs, spans, prompts):
             ids = pr["prompt_token_ids"]
