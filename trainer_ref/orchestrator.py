@@ -23,7 +23,7 @@ from typing import Any, Callable
 from trainer_ref import checkpoint, faults, telemetry
 from trainer_ref.config import Config
 from trainer_ref.ledger import Ledger
-from trainer_ref.task import make_problem
+from trainer_ref.task import get_task
 
 EVAL_SEED_OFFSET = 777_777
 
@@ -66,7 +66,7 @@ class Orchestrator:
     def next_groups(self, k: int) -> list[dict[str, Any]]:
         out = []
         for _ in range(k):
-            p = make_problem(self.cfg.seed, self.cursor, chain_prob=self.cfg.chain_prob)
+            p = get_task(self.cfg.task).problem(self.cfg.seed, self.cursor, self.cfg.chain_prob)
             out.append({"group_id": f"p{p.index}", "prompt_idx": p.index, "prompt": p.prompt, "answer": p.answer,
                         "n": self.cfg.group_size, "seed": self.cfg.seed * 1_000_003 + p.index, "kind": p.kind})
             self.cursor += 1
@@ -367,7 +367,7 @@ class Orchestrator:
         n = n_prompts or self.cfg.eval_prompts
         groups = []
         for i in range(n):
-            p = make_problem(self.cfg.seed + EVAL_SEED_OFFSET, i, chain_prob=self.cfg.chain_prob)
+            p = get_task(self.cfg.task).problem(self.cfg.seed + EVAL_SEED_OFFSET, i, self.cfg.chain_prob)
             groups.append({"group_id": f"eval{self.step}-{i}", "prompt_idx": -1 - i, "prompt": p.prompt,
                            "answer": p.answer, "n": 4, "seed": 99_991 * (i + 1)})
         done = ray.get(self.gen.generate.remote(groups))

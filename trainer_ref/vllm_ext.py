@@ -9,6 +9,12 @@ linear weights for oneDNN and frees the original parameter (``numel() == 0``); f
 the fingerprint is the one of the tensor the engine consumed during the last reload (source
 ``consumed``), so a corrupted transfer is still caught; on a GPU every parameter is read back
 (source ``param``). Vocabulary-padded tensors are compared on the unpadded rows.
+
+Layout: ``rlobs_layout`` reports how this engine holds the weights, read from the model vLLM built
+(its class's ``packed_modules_mapping``, the parameters it ties, e.g. ``lm_head`` to
+``embed_tokens`` under ``tie_word_embeddings``, and its parameter names); the trainer dumps and
+fingerprints in that layout (``trainer_ref.weight_sync.EngineLayout``) and checks at start that its
+tensors map onto exactly these parameters.
 """
 
 from __future__ import annotations
@@ -20,14 +26,33 @@ from typing import Any
 class WeightSyncExtension:
     """Mixed into vLLM's worker class."""
 
+    def _rlobs_layout(self) -> Any:
+        from trainer_ref.weight_sync import EngineLayout
+
+        model = self.model_runner.model  # type: ignore[attr-defined]
+        first: dict[int, str] = {}
+        aliases: dict[str, str] = {}
+        for name, p in model.named_parameters(remove_duplicate=False):  # tied: one Parameter, two names
+            canon = first.setdefault(id(p), name)
+            if canon != name:
+                aliases[name] = canon
+        packed = getattr(type(model), "packed_modules_mapping", None) or {}
+        return EngineLayout({k: list(v) for k, v in packed.items()}, aliases)
+
+    def rlobs_layout(self) -> dict[str, Any]:
+        """{packed, aliases, params, architecture}: how this engine holds the model's weights."""
+        model = self.model_runner.model  # type: ignore[attr-defined]
+        return {**self._rlobs_layout().to_dict(), "params": sorted(n for n, _ in model.named_parameters()),
+                "architecture": type(model).__name__}
+
     def rlobs_load_weights(self, payload: bytes) -> dict[str, Any]:
         """Load safetensors bytes through ``model_runner.reload_weights``."""
         from safetensors.torch import load
 
-        from trainer_ref.weight_sync import engine_layout, tensor_fingerprint
+        from trainer_ref.weight_sync import tensor_fingerprint
 
         state = load(bytes(payload))
-        self._rlobs_consumed = {k: tensor_fingerprint(v) for k, v in engine_layout(state).items()}
+        self._rlobs_consumed = {k: tensor_fingerprint(v) for k, v in self._rlobs_layout().apply(state).items()}
         self.model_runner.reload_weights(weights_iterator=iter(state.items()))  # type: ignore[attr-defined]
         return {"tensors": len(state),
                 "max_rss_bytes": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}

@@ -46,3 +46,23 @@ def test_kl_k3_is_zero_at_reference():
     parts = grpo.grpo_loss(logp, logp.detach(), logp.detach(), torch.tensor([0.0]), torch.ones(1, 2), 2.0,
                            ref_logp=logp.detach().clone(), kl_coef=0.1)
     assert float(parts.loss.detach()) == 0.0 and parts.kl == 0.0
+
+
+def test_logprobs_of_padded_batch_equal_unpadded_even_when_pad_occurs_inside():
+    """SmolLM2's pad token is its end-of-turn token, present in every chat prompt: the attention mask
+    must come from the lengths (a pad-id mask scores another context than the generator saw)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                     num_attention_heads=2, num_key_value_heads=2)).eval()
+    pad = 2
+    seqs = [[1, 5, 2, 7, 2, 9, 4], [1, 6, 2, 3]]  # the pad id inside both sequences
+    ids, _ = grpo.pad_batch(seqs, [3, 3], pad)
+    with torch.no_grad():
+        got, _ = grpo.token_logprobs(m, ids, pad, attention_mask=grpo.length_mask([len(s) for s in seqs], ids.shape[1]))
+        old, _ = grpo.token_logprobs(m, ids, pad)
+        for i, s in enumerate(seqs):
+            alone, _ = grpo.token_logprobs(m, torch.tensor([s]), pad, attention_mask=torch.ones(1, len(s), dtype=torch.long))
+            assert torch.allclose(got[i, :len(s) - 1], alone[0], atol=1e-5)
+    assert not torch.allclose(old[0, :6], got[0, :6], atol=1e-3)  # the pad-id mask got it wrong
