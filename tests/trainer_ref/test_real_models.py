@@ -140,7 +140,10 @@ def test_smollm2_separate_async_judge_then_resume(smol_gen, tmp_path):
     from trainer_ref.run import train
 
     gen, model_dir = smol_gen
-    cfg = {"mode": "separate_async", "steps": 2, "grader": "judge", "checkpoint_every": 1}
+    # the judge scores on a second CPU vLLM engine, one call at a time (its generate is locked): ~0.2-0.4 s a
+    # call, so a batch of 16 takes seconds; at the 5 s default 100 of 168 calls timed out (the doctor's
+    # grader-timeouts warning was right)
+    cfg = {"mode": "separate_async", "steps": 2, "grader": "judge", "checkpoint_every": 1, "grader_timeout_s": 120.0}
     actors = _actors(gen, model_dir, smol_config(tmp_path / "sa", **cfg))
     try:
         first = train(smol_config(tmp_path / "sa", stop_after=1, **cfg), actors=actors, model_dir=model_dir)
