@@ -179,8 +179,12 @@ _W1H = ALERT.with_window("1h")
 _STEP_INTERVAL = (f"(({agg('sum', increase('rlobs_trainer_step_seconds_total', _W1H), GROUP)} + "
                   f"{agg('sum', increase('rlobs_trainer_data_wait_seconds_total', _W1H), GROUP)}) / "
                   f"{agg('sum', increase('rlobs_train_steps_total', _W1H), GROUP)})")
-_QUIETEST = ('{{ with query (printf "bottomk(1, max by (component, rank) (max_over_time(' + _HB +
-             '{run=\\"%s\\"}[15m])))" $labels.run) }}{{ . | first | label "component" }}{{ end }}')
+# Who to look at first when nothing progresses: a process of the run that does not answer scrapes (died,
+# stopped), else the one whose heartbeat is oldest. (Oldest heartbeat alone named an idle grader on a fast
+# machine: graders that finished their last batch before the generator stopped had older heartbeats.)
+_SUSPECT = ('{{ with query (printf "(max by (component) (up{run=\\"%s\\"} == 0)) or (bottomk(1, max by (component) '
+            '(max_over_time(' + _HB + '{run=\\"%s\\"}[15m]))) unless on () (count(up{run=\\"%s\\"} == 0) > 0))" '
+            '$labels.run $labels.run $labels.run) }}{{ . | first | label "component" }}{{ end }}')
 _LAST_PHASE = ('{{ with query (printf "topk(1, ' + _HB + '{run=\\"%s\\",component=\\"%s\\",rank=\\"%s\\"})" '
                '$labels.run $labels.component $labels.rank) }}{{ . | first | label "phase" }}{{ end }}')
 
@@ -209,8 +213,8 @@ RULES: tuple[AlertRule, ...] = (
         "No optimiser step for {{ $value | humanizeDuration }} ({{ $labels.run }})",
         "{{ $labels.component }} of run {{ $labels.run }} is up but has taken no optimiser step for "
         "{{ $value | humanizeDuration }}, over " + f"{T.no_progress_step_multiple:g}" + "x its step interval "
-        f"(step plus data wait, last hour; at least {T.no_progress_floor_seconds:g} s). The process that went "
-        "quiet first: " + _QUIETEST + ".",
+        f"(step plus data wait, last hour; at least {T.no_progress_floor_seconds:g} s). Suspect (a process that "
+        "does not answer, else the one whose heartbeat is oldest): " + _SUSPECT + ".",
         PromtoolCase((("rlobs_train_step_last_timestamp_seconds", {}, "0+60x5 300x14"),
                       ("rlobs_train_steps_total", {}, "0+60x5 300x14"),
                       ("rlobs_trainer_step_seconds_total", {}, "0+30x5 150x14"),
