@@ -78,7 +78,8 @@ class AlertThresholds:
         default_factory=lambda: float(_doctor_thresholds("grader-slow")["min_seconds"]))
     # calls wait in the grader queue longer than they run, and seconds long: the pool is saturated (healthy
     # trainer_ref runs: p95 queue wait 0.005-0.02 s; a 4 s grader behind 2 workers, admission-bounded: 4.8 s)
-    grader_backlog_ratio: float = 1.0
+    # (idle machine: a 4 s grader behind 2 workers waits 3.97 s p95, right at 1x: half its latency is the bar)
+    grader_backlog_ratio: float = 0.5
     grader_backlog_min_seconds: float = 2.0
 
 
