@@ -365,7 +365,7 @@ RULES: tuple[AlertRule, ...] = (
         running(f"({_grader_p95('rlobs_grader_queue_wait_seconds')} > {T.grader_backlog_ratio:g} * "
                 f"{_grader_p95('rlobs_grader_latency_seconds')}) and "
                 f"{_grader_p95('rlobs_grader_queue_wait_seconds')} > {T.grader_backlog_min_seconds:g}"), "1m",
-        "Grader {{ $labels.grader_kind }} calls queue far longer than they run ({{ $labels.run }})",
+        "Grader {{ $labels.grader_kind }} calls wait in a saturated queue ({{ $labels.run }})",
         "{{ $labels.grader_kind }} grader calls in {{ $labels.component }} (run {{ $labels.run }}) waited "
         "{{ $value | humanizeDuration }} (p95 over 5 minutes) in the queue, longer than " +
         (f"{T.grader_backlog_ratio:g}x " if T.grader_backlog_ratio != 1 else "") +
