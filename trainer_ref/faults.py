@@ -25,6 +25,10 @@ Faults (names match ``tests/doctor/scenarios.py`` FAULTS):
 * slow_grader: each grader call sleeps ``magnitude`` s.  hung_grader: one call in 8 blocks for
   ``magnitude`` x the grader timeout.  generator_starvation: the engine sleeps ``magnitude`` s per step.
 * sampling_mismatch: the generator samples at temperature x ``magnitude`` (and its sampling hash says so).
+* grader_crash (chaos only, not in ``FAULTS`` / the doctor's table): a grader process dies
+  (``os._exit``) whenever it grades a sample of prompt ``p<magnitude>`` (default ``p20``): every
+  re-grading of that group kills its grader again until the orchestrator gives up
+  (``MAX_GRADE_ATTEMPTS``) and drops the groups of that grading call with reason ``grader_error``.
 * rank_disagree (needs ``--dp 2`` or more): from onset, ranks other than 0 divide their loss by their
   *local* token count instead of the all-reduced global one (the all-reduce still runs, its result is
   ignored), the classic per-rank normalisation bug: gradients are scaled differently per rank.
@@ -48,6 +52,8 @@ DEFAULT_MAGNITUDE: dict[str, float] = {
 RESUME = ("resume_staleness_jump", "resume_skip", "resume_repeat")
 NEEDS_DP = ("rank_disagree",)  # faults that need data-parallel trainer ranks (Config.dp >= 2)
 FAULTS = tuple(DEFAULT_MAGNITUDE)
+# chaos-only faults: accepted by from_config but not in FAULTS (no doctor finding expected, not in doctor_eval)
+CHAOS_MAGNITUDE: dict[str, float] = {"grader_crash": 20.0}
 
 
 @dataclass(frozen=True)
@@ -72,9 +78,9 @@ def from_config(cfg: Any) -> Fault:
         return NONE
     if name in NEEDS_DP and int(get("dp", 1) or 1) < 2:
         raise ValueError(f"fault {name!r} needs data-parallel trainer ranks: run with --dp 2 (or more)")
-    if name not in DEFAULT_MAGNITUDE:
-        raise ValueError(f"unknown fault {name!r}; valid: {', '.join(FAULTS)}")
-    mag = float(get("fault_magnitude", 0.0) or 0.0) or DEFAULT_MAGNITUDE[name]
+    if name not in DEFAULT_MAGNITUDE and name not in CHAOS_MAGNITUDE:
+        raise ValueError(f"unknown fault {name!r}; valid: {', '.join((*FAULTS, *CHAOS_MAGNITUDE))}")
+    mag = float(get("fault_magnitude", 0.0) or 0.0) or {**DEFAULT_MAGNITUDE, **CHAOS_MAGNITUDE}[name]
     return Fault(name, int(get("fault_onset", 0) or 0), mag)
 
 
@@ -246,7 +252,12 @@ def _step_of(sample: Mapping[str, Any]) -> int:
 
 
 def grader_call(f: Fault, sample: Mapping[str, Any], timeout_s: float) -> None:
-    """slow_grader: sleep ``magnitude`` s; hung_grader: one call in 8 blocks past the timeout."""
+    """slow_grader: sleep ``magnitude`` s; hung_grader: one call in 8 blocks past the timeout;
+    grader_crash: the process dies on a sample of the poison prompt."""
+    if f.name == "grader_crash" and str(sample.get("group_id")) == f"p{int(f.magnitude)}":
+        import os
+
+        os._exit(1)  # a grader that keeps dying on this input (segfaulting checker, OOM on one sample)
     if f.on("slow_grader", _step_of(sample)):
         time.sleep(f.magnitude)
     elif f.on("hung_grader", _step_of(sample)) and zlib.crc32(str(sample["sample_id"]).encode()) % 8 == 0:

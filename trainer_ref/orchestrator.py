@@ -26,6 +26,20 @@ from trainer_ref.ledger import Ledger
 from trainer_ref.task import get_task
 
 EVAL_SEED_OFFSET = 777_777
+MAX_GRADE_ATTEMPTS = 5  # gradings of one batch lost to grader deaths before its groups are dropped
+# every drop reason trainer_ref records; checked against the ledger schema and goodput at start-up
+DROP_REASONS = ("stale", "ttl", "grader_error")
+
+
+def check_drop_reasons(reasons: tuple[str, ...] = DROP_REASONS) -> None:
+    """Fail at start-up (not in the dispatcher, mid-run) if a reason this trainer records is not in the
+    schema (``probes.ledger.DROP_REASONS``) or has no goodput category."""
+    from probes.goodput import REASON_TO_CATEGORY
+    from probes.ledger import DROP_REASONS as SCHEMA
+
+    bad = [r for r in reasons if r not in SCHEMA or r not in REASON_TO_CATEGORY]
+    if bad:
+        raise ValueError(f"trainer_ref drop reasons {bad} not in the ledger schema {SCHEMA} / goodput categories")
 
 
 def actor_errors() -> tuple[type[BaseException], ...]:
@@ -38,6 +52,7 @@ def actor_errors() -> tuple[type[BaseException], ...]:
 
 class Orchestrator:
     def __init__(self, cfg: Config, model_dir: str, hashes: dict[str, str], actors: dict[str, Any]) -> None:
+        check_drop_reasons()
         self.cfg, self.model_dir, self.hashes = cfg, model_dir, hashes
         self.fault = faults.from_config(cfg)
         self.gen, self.trainer, self.graders = actors["generator"], actors["trainer"], actors["graders"]
@@ -554,14 +569,14 @@ class Orchestrator:
                         res = ray.get(ref)
                     except actor_errors() as e:  # the grader died: its results are gone, grade again
                         self._ensure_grader(i, type(e).__name__)
-                        if attempt + 1 < 5:
+                        if attempt + 1 < MAX_GRADE_ATTEMPTS:
                             self.recovery["regraded_groups"] += len(groups)
                             j = self._next_grader()
                             grading.append((self._grade_on(groups, j), groups, j, attempt + 1))
                             continue
-                        for g in groups:  # five graders died under it: dropped with a reason, not lost
+                        for g in groups:  # every grader died under it: dropped with a reason, not lost
                             self.recovery["grader_lost_samples"] += len(g["samples"])
-                            self._drop_group(g, "grader_lost")
+                            self._drop_group(g, "grader_error")
                         res = None
                     for g in self.attach_rewards(groups, res) if res is not None else []:
                         placed = False

@@ -117,6 +117,37 @@ def test_grader_and_generator_killed_mid_run_are_recovered(tmp_path, chaos_stack
     assert ray.get(actors["generator"].stats.remote())["version"] == summary["version"]
 
 
+def test_grader_that_keeps_dying_exhausts_regradings_and_drops_with_a_reason(tmp_path, chaos_stack_factory):
+    """A poison prompt kills every grader that grades it (fault ``grader_crash``): the orchestrator
+    re-grades MAX_GRADE_ATTEMPTS times, then drops that grading call's groups with ``grader_error``
+    (a reason in the ledger schema; it used to be ``grader_lost``, which killed the dispatcher). The
+    run finishes, every sample ends consumed or dropped, nothing is lost or consumed twice."""
+    from rlobs.store import open_run
+    from trainer_ref.chaos import check_run
+    from trainer_ref.orchestrator import MAX_GRADE_ATTEMPTS
+    from trainer_ref.run import train
+
+    actors, model_dir = chaos_stack_factory()
+    run_dir, steps = tmp_path / "poison", 5
+    summary = train(small_config(run_dir, mode="separate_async", steps=steps, fault="grader_crash",
+                                 fault_magnitude=5), actors=actors, model_dir=model_dir)
+    assert summary["steps"] == steps
+    rec_ = summary["recovery"]
+    assert rec_["grader_lost_samples"] >= SMALL["group_size"], rec_  # at least the poison group
+    assert rec_["regraded_groups"] >= MAX_GRADE_ATTEMPTS - 1, rec_
+    res = check_run(run_dir)
+    assert res["open_ok"], res
+    assert res["lost"] == 0 and res["duplicated"] == 0 and res["illegal"] == 0, res
+    assert not res.get("final_mismatch"), res
+    rec = open_run(run_dir)
+    poison = rec.sql("SELECT state, reason, count(*) FROM ledger WHERE component = 'driver' AND group_id = 'p5' "
+                     "AND state IN ('consumed', 'dropped') GROUP BY 1, 2").fetchall()
+    assert poison == [("dropped", "grader_error", SMALL["group_size"])], poison
+    assert summary["dropped"].get("grader_error", 0) >= rec_["grader_lost_samples"]
+    n_restarts = rec.sql("SELECT count(*) FROM incident WHERE fault = 'actor_restart:grader'").fetchall()[0][0]
+    assert n_restarts >= MAX_GRADE_ATTEMPTS, n_restarts
+
+
 @pytest.fixture(scope="module")
 def chaos_stack_factory(tiny_model_dir, tmp_path_factory):
     """This module's own actors (restartable; started on first use, after the driver-kill subprocess)."""
