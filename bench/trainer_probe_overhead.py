@@ -75,20 +75,24 @@ def per_probe_costs(groups: int, group_size: int, tokens: int, tis_cap: float) -
                   "gen_seconds": 0.5, "prompt": "p", "completion": "c", "logprobs": [-1.0] * tokens}
         flat = [(i % 3 == 0, {"completion_ids": [0] * tokens}) for i in range(n)]
         fps = {f"model.layers.{i}.w": f"{i:016x}" for i in range(15)}  # the tiny model's 15 engine tensors
+        gres = P.grad.observe(grad_norm=0.7, groups=model, sample_ids=ids, step=1, emit=False)
+        from probes import SampleLedger
+
+        led = SampleLedger(telemetry.SWITCH, track=False)
         calls: dict[str, tuple[Callable[[], Any], int]] = {
             "gradnorm.observe": (lambda: P.grad.observe(grad_norm=0.7, groups=model, sample_ids=ids, step=1, emit=False), 1),
             "advantage.observe": (lambda: P.adv.observe(rewards, advantages=advs, token_denominator=n * tokens, step=1), 1),
             "staleness.consume (+IS stats)": (lambda: P.staleness.consume(ids, tags, 4, gen_logprobs=gen, train_logprobs=train,
                                                                           emit_ledger=False, tokens=[tokens] * n), 1),
             "parity.observe": (lambda: P.parity.observe(gen, train, sample_ids=ids, step=1), 1),
-            "train_step event": (lambda: telemetry.on_train_step(1, loss=0.1, lr=1e-3, samples=n, tokens=n * tokens,
-                                                                 step_seconds=1.0, grad_norm=0.7), 1),
+            "train_step event": (lambda: P.grad.emit(gres, step=1, loss=0.1, lr=1e-3, samples=n, tokens=n * tokens,
+                                                     step_seconds=1.0), 1),
             "goodput add_batch + emit_step": (lambda: (P.goodput.add_batch([len(s["completion_ids"]) for _, s in flat],
                                                                            zero_advantage=[z for z, _ in flat]),
                                                        P.goodput.emit_step(1)), 1),
             "throughput tick (2 meters)": (lambda: P.throughput.tick(force=True), 2),
             "liveness beat + phase": (lambda: (telemetry.heartbeat("train", "x"), telemetry.on_phase("training", 1.0, 5)), 4),
-            "ledger event (generated, graded, consumed)": (lambda: telemetry.on_ledger("s0", "g0", "graded", tokens=5), 3 * n),
+            "ledger event (generated, graded, consumed)": (lambda: led.transition("s0", "graded", group_id="g0", tokens=5), 3 * n),
             "rollout event": (lambda: telemetry.on_rollout(sample), n),
             "grader.track": (lambda: _track(P), n),
             "weight_sync: both probe sessions, 5 boundaries + lag": (lambda: _sync(P, fps), 1),

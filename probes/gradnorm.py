@@ -232,8 +232,13 @@ class GradNormProbe:
                 detail["group_ids"] = gids[: self.max_ids]
         result = GradNormResult(norm, nonfinite, spike, score, clipped, after, detail)
         if emit:
-            fields = {**_step_fields(step_fields), **result.fields()}
-            if step is not None:
-                fields["step"] = step
-            recorder_or_global(self._recorder).emit("train_step", **fields)
+            self.emit(result, step=step, **step_fields)
         return result
+
+    def emit(self, result: GradNormResult, *, step: int | None = None, **step_fields: Any) -> None:
+        """Emit the step's ``train_step`` event: ``result``'s fields and ``step_fields``. For a trainer that
+        observes before the step's other numbers exist (``observe(..., emit=False)``, then ``emit``)."""
+        fields = {**_step_fields(step_fields), **result.fields()}
+        if step is not None:
+            fields["step"] = step
+        recorder_or_global(self._recorder).emit("train_step", **fields)

@@ -39,9 +39,24 @@ from probes._common import Recorderish, recorder_or_global
 STATES = ("generated", "graded", "consumed", "dropped")
 TERMINAL = frozenset({"consumed", "dropped"})
 DROP_REASONS = ("stale", "ttl", "queue_full", "grader_error", "aborted", "truncated", "zero_advantage")
+# the one transition table (trainer_ref's checks and its chaos checker use it): state -> legal next states
+NEXT: dict[str | None, frozenset[str]] = {None: frozenset({"generated"}), "generated": frozenset({"graded", "dropped"}),
+                                          "graded": frozenset({"consumed", "dropped"})}
 _BIT = {s: 1 << i for i, s in enumerate(STATES)}
 _TERMINAL_MASK = _BIT["consumed"] | _BIT["dropped"]
 STATE_FORMAT = 1
+_IMPLIED = {"generated": _BIT["generated"], "graded": _BIT["generated"] | _BIT["graded"],
+            "consumed": _BIT["generated"] | _BIT["graded"] | _BIT["consumed"],
+            "dropped": _BIT["generated"] | _BIT["dropped"]}
+
+
+def _current(mask: int) -> str | None:
+    if mask & _BIT["dropped"]:
+        return "dropped"
+    for s in ("consumed", "graded", "generated"):
+        if mask & _BIT[s]:
+            return s
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +181,32 @@ class SampleLedger:
         """States the sample has reached, in order of the life cycle (empty if unknown)."""
         mask = self._mask.get(str(sample_id), 0)
         return tuple(s for s in STATES if mask & _BIT[s])
+
+    def current(self, sample_id: str) -> str | None:
+        """The sample's current state: its terminal state once ended, else the latest reached (None: unknown)."""
+        return _current(self._mask.get(str(sample_id), 0))
+
+    def states(self) -> dict[str, str]:
+        """{sample id: current state} (the compact form a checkpoint keeps; ``from_states`` restores it)."""
+        with self._lock:
+            return {s: _current(m) for s, m in self._mask.items() if m}
+
+    @classmethod
+    def from_states(cls, states: dict[str, str], recorder: Recorderish | None = None, *, goodput: Any = None,
+                    groups: dict[str, str] | None = None) -> "SampleLedger":
+        """A tracking ledger whose samples are in ``states`` ({sample id: current state}); the states on the
+        way there are implied (``graded`` implies ``generated``; a drop keeps no earlier state but ``generated``)."""
+        led = cls(recorder, goodput=goodput)
+        for sid, st in states.items():
+            if st not in _BIT:
+                raise ValueError(f"sample {sid}: unknown ledger state {st!r}; valid: {', '.join(STATES)}")
+            led._mask[str(sid)] = _IMPLIED[st]
+        led._group = {str(k): str(v) for k, v in (groups or {}).items()}
+        return led
+
+    def group_of(self, sample_id: str) -> str | None:
+        """The group given with the sample's first transition (None: never given)."""
+        return self._group.get(str(sample_id))
 
     def tokens_of(self, sample_id: str) -> int | None:
         return self._tokens.get(str(sample_id))

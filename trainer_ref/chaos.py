@@ -27,8 +27,7 @@ from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
 
-NEXT = {None: {"generated"}, "generated": {"graded", "dropped"}, "graded": {"consumed", "dropped"}}
-TERMINAL = {"consumed", "dropped"}
+from probes.ledger import NEXT, TERMINAL  # the one transition table
 
 
 # ----- killing ------------------------------------------------------------------------------------

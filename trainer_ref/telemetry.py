@@ -148,12 +148,6 @@ def span(name: str, **attributes: Any) -> Iterator[Any]:
         yield sp
 
 
-def on_span(name: str, start_ns: int, end_ns: int, status: str = "ok", **attributes: Any) -> None:
-    """A span that did not run inside one ``with`` block (e.g. a sync that overlaps the next step)."""
-    _rec().emit("span", name=name, start_ns=start_ns, end_ns=end_ns, status=status,
-                              attributes=to_json(attributes))
-
-
 def dispatch_tag(s: dict[str, Any]) -> dict[str, int]:
     """A sample's dispatch tag (``probes.VersionTag`` fields) from what the generator stamped on it
     (samples from checkpoints older than the dispatch stamp: dispatch time = completion - generation time;
@@ -174,39 +168,6 @@ def on_rollout(s: dict[str, Any], with_text: bool = True) -> None:
         logprobs=[float(x) for x in s["logprobs"]], policy_version=s["dispatch_version"])
 
 
-def on_grader_call(sample_id: str, grader_kind: str, queue_wait_s: float, latency_s: float, outcome: str,
-                   reward: float | None, error: str | None = None) -> None:
-    _rec().emit("grader_call", sample_id=sample_id, grader_kind=grader_kind, queue_wait_s=queue_wait_s,
-                              latency_s=latency_s, outcome=outcome, reward=reward, error=error)
-
-
-def on_train_step(step: int, **fields: Any) -> None:
-    _rec().emit("train_step", step=step, **fields)
-
-
-def on_advantage(step: int, **fields: Any) -> None:
-    _rec().emit("advantage", step=step, **fields)
-
-
-def on_staleness(step: int, **fields: Any) -> None:
-    _rec().emit("staleness", step=step, **fields)
-
-
-def on_parity(step: int, **fields: Any) -> None:
-    _rec().emit("parity", step=step, **fields)
-
-
-def on_sync_boundary(version: int, boundary: str, **fields: Any) -> None:
-    """One of dump | staging | transfer | load | cache_reset | end_to_end."""
-    _rec().emit("weight_sync", version=version, boundary=boundary, **fields)
-
-
-def on_ledger(sample_id: str, group_id: str, state: str, *, reason: str | None = None, tokens: int | None = None,
-              staleness: int | None = None, age_s: float | None = None) -> None:
-    _rec().emit("ledger", sample_id=sample_id, group_id=group_id, state=state, reason=reason,
-                              tokens=tokens, staleness=staleness, age_s=age_s)
-
-
 def on_queue(queue: str, depth: int, capacity: int, oldest_age_s: float | None = None) -> None:
     _rec().emit("queue", queue=queue, depth=depth, capacity=capacity, oldest_age_s=oldest_age_s)
 
@@ -217,10 +178,6 @@ def on_throughput(**fields: Any) -> None:
 
 def on_phase(phase: str, seconds: float, tokens: int | None = None) -> None:
     probe().liveness.add(phase, seconds, tokens)
-
-
-def on_goodput(step: int, category: str, tokens: int, samples: int) -> None:
-    _rec().emit("goodput", step=step, category=category, tokens=tokens, samples=samples)
 
 
 def on_scalar(name: str, value: float, step: int | None = None, source: str = "trainer_ref") -> None:

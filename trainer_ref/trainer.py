@@ -17,6 +17,30 @@ import torch
 from trainer_ref import checkpoint, faults, grpo, telemetry, weight_sync
 
 
+class _Backward:
+    """What one step's micro-batches add up to (reduced over the ranks when data parallel)."""
+
+    def __init__(self) -> None:
+        self.acc = {k: 0.0 for k in ("loss", "tokens", "is_sum", "is_clip", "w", "w2", "kl", "ent", "dl")}
+        self.is_max, self.dl_max = 0.0, 0.0
+        self.fresh_dl, self.fresh_tok = 0.0, 0.0
+        self.gen_lp: list[torch.Tensor] = []  # per sample, completion tokens (parity, importance stats)
+        self.train_lp: list[torch.Tensor] = []
+
+    def add(self, parts: Any) -> None:
+        a = self.acc
+        a["loss"] += float(parts.loss)
+        a["tokens"] += parts.tokens
+        a["is_sum"] += parts.is_ratio_mean
+        a["is_clip"] += parts.is_clipped
+        a["w"] += parts.ess_sum_w
+        a["w2"] += parts.ess_sum_w2
+        a["kl"] += parts.kl
+        a["ent"] += parts.entropy_sum
+        a["dl"] += parts.dlogp_abs_sum
+        self.is_max, self.dl_max = max(self.is_max, parts.is_ratio_max), max(self.dl_max, parts.dlogp_abs_max)
+
+
 class Trainer:
     def __init__(self, model_dir: str, cfg: dict[str, Any], run_dir: str | None = None,
                  hashes: dict[str, str] | None = None, rank: int = 0, world: int = 1) -> None:
@@ -110,19 +134,45 @@ class Trainer:
         rewards = [[s["reward"] for s in g["samples"]] for g in groups]
         advs = grpo.advantages(rewards, float(self.cfg["adv_eps"]))  # health is measured by the probe below
         samples = [s for g in groups for s in g["samples"]]
-        adv_flat = [a for g in advs for a in g]
-        seqs = [s["prompt_ids"] + s["completion_ids"] for s in samples]
-        starts = [len(s["prompt_ids"]) for s in samples]
         token_den = faults.token_denominator(self.fault, step, self.rank, float(sum(len(s["completion_ids"]) for s in samples)),
                                              self._all_reduce_sum) or 1.0  # the global token count
-        self.opt.zero_grad(set_to_none=True)
-        acc = {k: 0.0 for k in ("loss", "tokens", "is_sum", "is_clip", "w", "w2", "kl", "ent", "dl")}
-        is_max, dl_max = 0.0, 0.0
-        per_sample_dlogp: list[float] = []
-        fresh_dl, fresh_tok = 0.0, 0.0
         probing = telemetry.enabled()
-        gen_lp: list[torch.Tensor] = []  # per sample, completion tokens (parity, importance stats)
-        train_lp: list[torch.Tensor] = []
+        b = self._backward(samples, [a for g in advs for a in g], token_den, step, probing)
+        flat_r = [x for g in rewards for x in g]
+        r_sum, r_sq, n_all = float(sum(flat_r)), float(sum(x * x for x in flat_r)), float(len(flat_r))
+        if self.world > 1:  # the whole step's gradient and numbers on every rank
+            self._all_reduce_grads()
+            b.acc, b.fresh_dl, b.fresh_tok, r_sum, r_sq, n_all = self._reduce_sums(b.acc, b.fresh_dl, b.fresh_tok,
+                                                                                   r_sum, r_sq, n_all)
+            b.is_max, b.dl_max = self._reduce_max(b.is_max, b.dl_max)
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.cfg["max_grad_norm"])))
+        lead = self.rank == 0  # rank 0 reports the step (train_step, grad norm); every rank its own shard
+        # the grad-norm probe decides nonfinite / clipped once (before zero_grad: per-group norms at a spike)
+        gres = telemetry.probe().grad.observe(grad_norm=grad_norm, groups=self.model, step=step, emit=False,
+                                              sample_ids=[s["sample_id"] for s in samples],
+                                              group_ids=[g["group_id"] for g in groups]) if lead else None
+        if probing:
+            self._observe(step, groups, samples, rewards, advs, token_den, b)
+        if math.isfinite(grad_norm):
+            self.opt.step()
+        self.opt.zero_grad(set_to_none=True)
+        self.version += 1
+        self._opt_ns = time.time_ns()
+        out = self._step_out(step, b, grad_norm, gres, (r_sum, r_sq, n_all), token_den, t0, data_wait_s, reward_wait_s)
+        if probing and lead:
+            self._emit(step, out, gres)
+        elif probing:
+            telemetry.on_phase("training", out["step_seconds"], int(sum(len(x["completion_ids"]) for x in samples)))
+        return out
+
+    def _backward(self, samples: list[dict[str, Any]], adv_flat: list[float], token_den: float, step: int,
+                  probing: bool) -> "_Backward":
+        """Forward and backward over micro-batches; the sums the step reports (and the log-probs the
+        probes compare, when probing)."""
+        seqs = [s["prompt_ids"] + s["completion_ids"] for s in samples]
+        starts = [len(s["prompt_ids"]) for s in samples]
+        self.opt.zero_grad(set_to_none=True)
+        b = _Backward()
         for i in range(0, len(samples), self.micro):
             sl = slice(i, i + self.micro)
             ids, mask = grpo.pad_batch(seqs[sl], starts[sl], self.pad_id)
@@ -140,76 +190,53 @@ class Trainer:
                                    tis_cap=float(self.cfg["tis_cap"]), ref_logp=ref,
                                    kl_coef=float(self.cfg.get("kl_coef", 0)), entropy=ent)
             faults.scale_loss(self.fault, step, parts.loss).backward()
-            acc["loss"] += float(parts.loss)
-            acc["tokens"] += parts.tokens
-            acc["is_sum"] += parts.is_ratio_mean
-            acc["is_clip"] += parts.is_clipped
-            acc["w"] += parts.ess_sum_w
-            acc["w2"] += parts.ess_sum_w2
-            acc["kl"] += parts.kl
-            acc["ent"] += parts.entropy_sum
-            acc["dl"] += parts.dlogp_abs_sum
-            is_max, dl_max = max(is_max, parts.is_ratio_max), max(dl_max, parts.dlogp_abs_max)
+            b.add(parts)
             dabs = ((old - gen).abs() * mask).sum(-1) / mask.sum(-1).clamp(min=1)
-            per_sample_dlogp += dabs.tolist()
             if probing:
                 counts = mask.sum(-1).long().tolist()
                 m = mask.bool()
-                gen_lp += list(torch.split(gen[m].cpu(), counts))
-                train_lp += list(torch.split(old[m].cpu(), counts))
+                b.gen_lp += list(torch.split(gen[m].cpu(), counts))
+                b.train_lp += list(torch.split(old[m].cpu(), counts))
             for s, d, n in zip(samples[sl], dabs.tolist(), mask.sum(-1).tolist()):
                 if s["max_token_version"] == self.version and s["min_token_version"] == self.version:
-                    fresh_dl += d * n
-                    fresh_tok += n
-        flat_r = [x for g in rewards for x in g]
-        r_sum, r_sq, n_all = float(sum(flat_r)), float(sum(x * x for x in flat_r)), float(len(flat_r))
-        if self.world > 1:  # the whole step's gradient and numbers on every rank
-            self._all_reduce_grads()
-            acc, fresh_dl, fresh_tok, r_sum, r_sq, n_all = self._reduce_sums(acc, fresh_dl, fresh_tok, r_sum, r_sq, n_all)
-            is_max, dl_max = self._reduce_max(is_max, dl_max)
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.cfg["max_grad_norm"])))
-        nonfinite = not math.isfinite(grad_norm)
-        gres = None
-        lead = self.rank == 0  # rank 0 reports the step (train_step, grad norm); every rank its own shard
-        if probing:  # pre-clip norm, spike detector, per-group norms and sample ids at a spike
-            P = telemetry.probe()
-            if lead:
-                gres = P.grad.observe(grad_norm=grad_norm, groups=self.model, step=step, emit=False,
-                                      sample_ids=[s["sample_id"] for s in samples],
-                                      group_ids=[g["group_id"] for g in groups])
-            P.adv.observe(rewards, advantages=advs, token_denominator=token_den, step=step)
-            P.staleness.consume([s["sample_id"] for s in samples], [telemetry.dispatch_tag(s) for s in samples], self.version,
-                                gen_logprobs=gen_lp, train_logprobs=train_lp, emit_ledger=False,
-                                tokens=[len(s["completion_ids"]) for s in samples])
-            # parity compares log-probs of the same weights: only samples generated entirely by this version
-            fresh = [i for i, s in enumerate(samples) if s["min_token_version"] == s["max_token_version"] == self.version]
-            P.parity.observe([gen_lp[i] for i in fresh], [train_lp[i] for i in fresh],
-                             sample_ids=[samples[i]["sample_id"] for i in fresh], step=step)
-        if not nonfinite:
-            self.opt.step()
-        self.opt.zero_grad(set_to_none=True)
-        self.version += 1
-        self._opt_ns = time.time_ns()
+                    b.fresh_dl += d * n
+                    b.fresh_tok += n
+        return b
+
+    def _observe(self, step: int, groups: list[dict[str, Any]], samples: list[dict[str, Any]],
+                 rewards: list[list[float]], advs: Any, token_den: float, b: "_Backward") -> None:
+        """The advantage, staleness (importance statistics) and parity probes of this rank's shard."""
+        P = telemetry.probe()
+        P.adv.observe(rewards, advantages=advs, token_denominator=token_den, step=step)
+        P.staleness.consume([s["sample_id"] for s in samples], [telemetry.dispatch_tag(s) for s in samples], self.version,
+                            gen_logprobs=b.gen_lp, train_logprobs=b.train_lp, emit_ledger=False,
+                            tokens=[len(s["completion_ids"]) for s in samples])
+        # parity compares log-probs of the same weights: only samples generated entirely by this version
+        fresh = [i for i, s in enumerate(samples) if s["min_token_version"] == s["max_token_version"] == self.version]
+        P.parity.observe([b.gen_lp[i] for i in fresh], [b.train_lp[i] for i in fresh],
+                         sample_ids=[samples[i]["sample_id"] for i in fresh], step=step)
+
+    def _step_out(self, step: int, b: "_Backward", grad_norm: float, gres: Any, rsums: tuple[float, float, float],
+                  token_den: float, t0: float, data_wait_s: float | None, reward_wait_s: float | None) -> dict[str, Any]:
+        """The step's numbers (rank 0's: the whole step). ``nonfinite`` / ``clipped`` are the grad-norm
+        probe's verdict (None on other ranks: rank 0 reports)."""
+        acc = b.acc
+        r_sum, r_sq, n_all = rsums
         n_tok = max(acc["tokens"], 1.0)
         r_mean = r_sum / max(n_all, 1.0)
-        out = {"step": step, "version": self.version, "loss": acc["loss"], "grad_norm": grad_norm,
-               "grad_norm_clipped": min(grad_norm, float(self.cfg["max_grad_norm"])) if not nonfinite else grad_norm,
-               "clipped": grad_norm > float(self.cfg["max_grad_norm"]), "nonfinite": nonfinite,
-               "samples": int(n_all), "tokens": int(acc["tokens"]), "step_seconds": time.perf_counter() - t0,
-               "reward_mean": r_mean, "reward_std": math.sqrt(max(r_sq / max(n_all, 1.0) - r_mean * r_mean, 0.0)),
-               "kl": acc["kl"] / n_tok if self.ref is not None else None, "entropy": acc["ent"] / n_tok,
-               "lr": float(self.opt.param_groups[0]["lr"]),
-               "is_ratio_mean": acc["is_sum"] / n_tok, "is_ratio_max": is_max, "is_clipped_ratio": acc["is_clip"] / n_tok,
-               "ess_ratio": (acc["w"] ** 2) / (n_tok * acc["w2"]) if acc["w2"] > 0 else 1.0,
-               "mean_abs_dlogp": acc["dl"] / n_tok, "max_abs_dlogp": dl_max,
-               "fresh_mean_abs_dlogp": fresh_dl / fresh_tok if fresh_tok else None, "fresh_tokens": int(fresh_tok),
-               "token_denominator": token_den, "data_wait_s": data_wait_s,
-               "reward_wait_s": reward_wait_s}
-        if probing and lead:
-            self._emit(step, out, gres)
-        elif probing:
-            telemetry.on_phase("training", out["step_seconds"], int(sum(len(x["completion_ids"]) for x in samples)))
-        return out
+        return {"step": step, "version": self.version, "loss": acc["loss"], "grad_norm": grad_norm,
+                "grad_norm_clipped": gres.grad_norm_clipped if gres else None,
+                "clipped": gres.clipped if gres else None, "nonfinite": not math.isfinite(grad_norm),
+                "samples": int(n_all), "tokens": int(acc["tokens"]), "step_seconds": time.perf_counter() - t0,
+                "reward_mean": r_mean, "reward_std": math.sqrt(max(r_sq / max(n_all, 1.0) - r_mean * r_mean, 0.0)),
+                "kl": acc["kl"] / n_tok if self.ref is not None else None, "entropy": acc["ent"] / n_tok,
+                "lr": float(self.opt.param_groups[0]["lr"]),
+                "is_ratio_mean": acc["is_sum"] / n_tok, "is_ratio_max": b.is_max, "is_clipped_ratio": acc["is_clip"] / n_tok,
+                "ess_ratio": (acc["w"] ** 2) / (n_tok * acc["w2"]) if acc["w2"] > 0 else 1.0,
+                "mean_abs_dlogp": acc["dl"] / n_tok, "max_abs_dlogp": b.dl_max,
+                "fresh_mean_abs_dlogp": b.fresh_dl / b.fresh_tok if b.fresh_tok else None,
+                "fresh_tokens": int(b.fresh_tok), "token_denominator": token_den, "data_wait_s": data_wait_s,
+                "reward_wait_s": reward_wait_s}
 
     # ----- data parallel -----------------------------------------------------------------------
     def _all_reduce_sum(self, value: float) -> float:
@@ -253,12 +280,11 @@ class Trainer:
         return tuple(t.tolist())
 
     def _emit(self, step: int, o: dict[str, Any], gres: Any) -> None:
-        """train_step (grad-norm probe fields + the step's numbers), training phase, trainer throughput."""
-        telemetry.on_train_step(step, loss=o["loss"], lr=o["lr"], samples=o["samples"],
-                                tokens=o["tokens"], step_seconds=o["step_seconds"], reward_mean=o["reward_mean"],
-                                data_wait_s=o["data_wait_s"], reward_wait_s=o["reward_wait_s"], reward_std=o["reward_std"], kl=o["kl"],
-                                entropy=o["entropy"], **gres.fields())
+        """The grad-norm probe emits train_step (its fields + the step's numbers); training phase, trainer throughput."""
         P = telemetry.probe()
+        P.grad.emit(gres, step=step, loss=o["loss"], lr=o["lr"], samples=o["samples"], tokens=o["tokens"],
+                    step_seconds=o["step_seconds"], reward_mean=o["reward_mean"], data_wait_s=o["data_wait_s"],
+                    reward_wait_s=o["reward_wait_s"], reward_std=o["reward_std"], kl=o["kl"], entropy=o["entropy"])
         P.liveness.add("training", o["step_seconds"], o["tokens"])
         P.throughput.produced(o["samples"], o["tokens"])
         P.throughput.add_busy(o["step_seconds"])

@@ -87,6 +87,7 @@ def test_admission_drops_stale_and_expired_groups():
     checked first, then the age since dispatch; every sample of a dropped group is dropped in the ledger."""
     from trainer_ref.config import Config
     from trainer_ref.orchestrator import Orchestrator
+    from trainer_ref.records import Group, Sample
 
     o = Orchestrator(Config(max_staleness=2, rollout_ttl_s=10.0, progress=False), "", {},
                      {"generator": None, "trainer": None, "graders": []})
@@ -95,12 +96,13 @@ def test_admission_drops_stale_and_expired_groups():
 
     def g(v, age, n=2):
         gid = f"g{v}{age}"
-        samples = [{"dispatch_version": v, "dispatch_ns": int((now - age) * 1e9) + j, "t_done": now, "gen_seconds": age,
-                    "sample_id": f"{gid}-s{j}", "completion_ids": [1] * (j + 1)} for j in range(n)]
+        samples = [Sample(sample_id=f"{gid}-s{j}", group_id=gid, dispatch_version=v,
+                          dispatch_ns=int((now - age) * 1e9) + j, t_done=now, gen_seconds=age,
+                          completion_ids=[1] * (j + 1)) for j in range(n)]
         for s in samples:
-            o.ledger.mark(s["sample_id"], gid, "generated")
-            o.ledger.mark(s["sample_id"], gid, "graded")
-        return {"group_id": gid, "samples": samples}
+            o.ledger.mark(s.sample_id, gid, "generated")
+            o.ledger.mark(s.sample_id, gid, "graded")
+        return Group(group_id=gid, prompt_idx=0, prompt="", answer=None, n=n, seed=0, samples=samples)
 
     assert o.admit(g(3, 0)) is True  # staleness 2 == bound
     assert o.admit(g(2, 0)) is False  # staleness 3 > bound
@@ -110,7 +112,7 @@ def test_admission_drops_stale_and_expired_groups():
     assert o.admission.drops == {"stale": 2, "ttl": 2}
     for grp in (g(1, 0), g(4, 1)):
         o.buffer.append(grp)
-    batch = o._take_from_buffer(2)
-    assert [x["group_id"] for x in batch] == ["g41"] and o.dropped == {"stale": 4, "ttl": 2}
+    batch = o.take_from_buffer(2)
+    assert [x.group_id for x in batch] == ["g41"] and o.dropped == {"stale": 4, "ttl": 2}
     assert o.ledger.states["g10-s0"] == o.ledger.states["g10-s1"] == "dropped"
     assert o.ledger.states["g41-s1"] == "graded"
