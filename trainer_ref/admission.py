@@ -48,7 +48,7 @@ class Admission:
     def admit(self, g: Group, version: int, step: int) -> bool:
         """Staleness / TTL on the group's dispatch tag (its oldest version and time): every sample gets the
         group's verdict; a dropped group's samples are dropped in the ledger (by the probe) with the reason."""
-        tag = g.tag()
+        tag = g.tag(self.cfg.staleness_basis)
         self.probe.max_staleness = faults.max_staleness(self.fault, step, self.cfg.max_staleness)
         why = None
         for s in g.samples:

@@ -120,29 +120,12 @@ def _replay(events: list[tuple[str, str]], start: dict[str, str], res: dict[str,
     return state, seen, consumed
 
 
-def check_run(run_dir: str | os.PathLike[str], killed_pids: list[int] | None = None,
-              resumed_from: list[str | os.PathLike[str] | None] | None = None, doctor: bool = True) -> dict[str, Any]:
-    """The Jepsen-style check of one run directory (every driver invocation in it).
-
-    ``killed_pids``: processes the schedule killed (the doctor must report each as lost).
-    ``resumed_from``: for each driver invocation after the first, in start order, the checkpoint
-    directory it resumed from (None: it started fresh)."""
-    from rlobs.store import open_run
-
+def _replay_drivers(rec: Any, resumed_from: list[str | os.PathLike[str] | None] | None,
+                    res: dict[str, Any]) -> tuple[dict[str, str], Counter]:
+    """Replay every driver invocation's ledger events (in start order; a resumed one from the checkpoint
+    it resumed from): the final state and the committed consumptions per sample."""
     from trainer_ref import checkpoint
 
-    run_dir = Path(run_dir)
-    res: dict[str, Any] = {"run_dir": str(run_dir), "open_ok": False, "illegal": 0, "examples": [], "lost": 0,
-                           "duplicated": 0, "generated": 0, "consumed": 0, "dropped": 0, "pending": 0,
-                           "rolled_back": 0, "restarts": 0, "doctor_reported": None, "killed_lost": None}
-    try:
-        rec = open_run(run_dir, verify=True)
-        bad = [p for p in rec.problems if p.problem not in ("unsealed",)]
-        res["open_ok"] = not bad
-        res["open_problems"] = [f"{p.path}: {p.problem}" for p in bad][:5]
-    except Exception as e:  # noqa: BLE001 - a record that does not open is the finding
-        res["open_error"] = repr(e)
-        return res
     drivers = sorted((p for p in rec.processes if p.component == "driver"), key=lambda p: p.started_ns or 0)
     rows = rec.sql("SELECT process, sample_id, state FROM ledger WHERE component = 'driver' "
                    "ORDER BY process, mono_ns, ts_ns").fetchall()
@@ -179,6 +162,33 @@ def check_run(run_dir: str | os.PathLike[str], killed_pids: list[int] | None = N
         state, seen, consumed = _replay(by_proc.get(d.process, []), start, res)
         committed_consumed.update(consumed)
         prev_seen, prev_start, prev_state = seen, start, state
+    return state, committed_consumed
+
+
+def check_run(run_dir: str | os.PathLike[str], killed_pids: list[int] | None = None,
+              resumed_from: list[str | os.PathLike[str] | None] | None = None, doctor: bool = True) -> dict[str, Any]:
+    """The Jepsen-style check of one run directory (every driver invocation in it).
+
+    ``killed_pids``: processes the schedule killed (the doctor must report each as lost).
+    ``resumed_from``: for each driver invocation after the first, in start order, the checkpoint
+    directory it resumed from (None: it started fresh)."""
+    from rlobs.store import open_run
+
+    from trainer_ref import checkpoint
+
+    run_dir = Path(run_dir)
+    res: dict[str, Any] = {"run_dir": str(run_dir), "open_ok": False, "illegal": 0, "examples": [], "lost": 0,
+                           "duplicated": 0, "generated": 0, "consumed": 0, "dropped": 0, "pending": 0,
+                           "rolled_back": 0, "restarts": 0, "doctor_reported": None, "killed_lost": None}
+    try:
+        rec = open_run(run_dir, verify=True)
+        bad = [p for p in rec.problems if p.problem not in ("unsealed",)]
+        res["open_ok"] = not bad
+        res["open_problems"] = [f"{p.path}: {p.problem}" for p in bad][:5]
+    except Exception as e:  # noqa: BLE001 - a record that does not open is the finding
+        res["open_error"] = repr(e)
+        return res
+    state, committed_consumed = _replay_drivers(rec, resumed_from, res)
     res["duplicated"] = sum(1 for c in committed_consumed.values() if c > 1)
     final_dir = checkpoint.latest(run_dir)
     final = checkpoint.read_state(final_dir) if final_dir else None

@@ -44,6 +44,7 @@ class Config:
     tis_cap: float = field(default=2.0, metadata={"help": "truncated importance-sampling cap C (0: off)"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping threshold"})
     max_staleness: int = field(default=2, metadata={"help": "drop samples with trainer version - dispatch version above this"})
+    staleness_basis: str = field(default="dispatch", metadata={"help": "what max_staleness is checked on at consumption: dispatch (the oldest version a group was dispatched with) | completion (the newest version that wrote any of the group's tokens: with --interrupt resume a long group resumed across weight syncs is kept; its older tokens keep their generator log-probs and are importance-corrected, --tis-cap)"})
     rollout_ttl_s: float = field(default=120.0, metadata={"help": "drop samples older than this at consumption"})
     queue_capacity: int = field(default=32, metadata={"help": "bound of each queue between components, in groups"})
     interrupt: str = field(default="resume", metadata={"help": "on weight update: resume | abort | wait (in-flight requests)"})
@@ -72,6 +73,7 @@ class Config:
     def __post_init__(self) -> None:
         for name, value, valid in (("mode", self.mode, MODES), ("grader", self.grader, GRADERS),
                                    ("interrupt", self.interrupt, INTERRUPT),
+                                   ("staleness_basis", self.staleness_basis, ("dispatch", "completion")),
                                    ("grader_placement", self.grader_placement, ("pool", "colocated"))):
             if value not in valid:
                 raise ValueError(f"{name}={value!r}; valid: {', '.join(valid)}")

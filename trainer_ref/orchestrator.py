@@ -47,6 +47,7 @@ class Orchestrator:
         self.buffer: deque[Group] = deque()  # graded groups not yet consumed (checkpointed)
         self.history: list[dict[str, Any]] = []
         self.evals: list[dict[str, Any]] = []
+        self.eval_times: list[dict[str, Any]] = []
         self.consumed_groups: list[str] = []
         self.syncs: list[dict[str, Any]] = []
         self._pending_sync: tuple[Any, dict[str, Any], float] | None = None
@@ -158,9 +159,10 @@ class Orchestrator:
         stal_hist: dict[int, int] = {}
         bound = faults.max_staleness(self.fault, self.step, self.cfg.max_staleness)
         for g in groups:
+            judged = self.version - g.tag(self.cfg.staleness_basis)["dispatch_version"]
+            assert 0 <= judged <= bound, f"staleness {judged} beyond bound"
             for s in g.samples:
-                st = self.version - s.dispatch_version
-                assert 0 <= st <= bound, f"staleness {st} beyond bound"
+                st = self.version - s.dispatch_version  # the histogram: since dispatch, whatever the basis
                 stal_hist[st] = stal_hist.get(st, 0) + 1
                 self.ledger.mark(s.sample_id, g.group_id, "consumed", tokens=s.tokens, staleness=st,
                                  age_s=now - s.t_done)
@@ -269,10 +271,12 @@ class Orchestrator:
             p = task.problem(self.cfg.seed + EVAL_SEED_OFFSET, i, self.cfg.chain_prob)
             groups.append(Group(group_id=f"eval{self.step}-{i}", prompt_idx=-1 - i, prompt=p.prompt,
                                 answer=p.answer, n=4, seed=99_991 * (i + 1)))
+        t0 = time.time()
         rewards = [grade_exact(s.to_dict()) for g in self.generate(groups) for s in g.samples]
         mean = sum(rewards) / max(1, len(rewards))
         telemetry.on_scalar("eval_reward_mean", mean, step=self.step)
         self.evals.append({"step": self.step, "reward_mean": mean, "samples": len(rewards)})
+        self.eval_times.append({"step": self.step, "t": t0, "seconds": time.time() - t0})  # (benches: time to target)
         return mean
 
     # ----- checkpoint ------------------------------------------------------------------------

@@ -81,12 +81,14 @@ class Group:
     def tokens(self) -> int:
         return sum(s.tokens for s in self.samples)
 
-    def tag(self) -> dict[str, int]:
-        """The group's dispatch tag (oldest version and dispatch time of its samples): GRPO needs the
-        whole group, so every sample shares the group's admission verdict."""
+    def tag(self, basis: str = "dispatch") -> dict[str, int]:
+        """The group's tag for the staleness / TTL bounds (GRPO needs the whole group, so every sample shares
+        the group's verdict): the oldest dispatch time, and as version the oldest dispatch version
+        (``basis="dispatch"``) or the newest version that wrote any of its tokens (``"completion"``)."""
         tags = [s.tag() for s in self.samples]
-        return {"dispatch_version": min(t["dispatch_version"] for t in tags),
-                "dispatch_ns": min(t["dispatch_ns"] for t in tags)}
+        v = (max(t["max_token_version"] for t in tags) if basis == "completion"
+             else min(t["dispatch_version"] for t in tags))
+        return {"dispatch_version": v, "dispatch_ns": min(t["dispatch_ns"] for t in tags)}
 
     def with_samples(self, samples: list[Sample]) -> "Group":
         return dataclasses.replace(self, samples=list(samples))

@@ -267,6 +267,28 @@ def _memfd(name: str, data: bytes) -> int:
     return fd
 
 
+def _argv(tools: dict[str, str], py: str, prefix: str, stage: str, uid: int, cpu_s: int, mem: int, nproc: int,
+          limits: "_Limits", prog_fd: int, bpf_fd: int, res_w: int, st_w: int) -> list[str]:
+    """The sandbox's command line: prlimit + an outer bwrap as the unprivileged uid, then the inner bwrap
+    (every namespace, read-only root, seccomp) running the interpreter on the program."""
+    outer = [tools["prlimit"], f"--cpu={cpu_s}", f"--as={mem}", f"--fsize={1 << 20}", f"--nproc={nproc + 2}",
+             "--core=0", "--",
+             tools["bwrap"], "--bind", "/", "/", "--tmpfs", "/tmp", "--ro-bind", prefix, stage, "--die-with-parent",
+             tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
+             "--bounding-set=-all", "--no-new-privs", "--"]
+    inner = [tools["bwrap"], "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
+             "--disable-userns", "--assert-userns-disabled", "--cap-drop", "ALL", "--die-with-parent",
+             "--new-session", "--clearenv", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
+             "--dev", "/dev", "--tmpfs", "/tmp"]
+    for p in _ro_paths():
+        inner += ["--ro-bind", p, p]
+    if not any(prefix == p or prefix.startswith(p + "/") for p in _ro_paths()):
+        inner += ["--ro-bind", stage, prefix]
+    inner += ["--dir", "/sandbox", "--ro-bind-data", str(prog_fd), "/sandbox/main.py", "--remount-ro", "/", "--chdir", "/sandbox",
+              "--seccomp", str(bpf_fd), py, "-I", "-S", "-B", "-c", _BOOT.format(status=st_w), str(res_w)]
+    return ["/bin/sh", "-c", limits.join_script() + 'exec "$@"', "sh", *outer, *inner]
+
+
 def run_python(code: str, *, timeout_s: float = 5.0, cpu_s: int = 5, mem_mb: int = 512, nproc: int = 16,
                max_output: int = MAX_OUTPUT, python: str | None = None) -> SandboxResult:
     """Execute ``code`` in the sandbox; never raises for the program's own failures.
@@ -289,22 +311,7 @@ def run_python(code: str, *, timeout_s: float = 5.0, cpu_s: int = 5, mem_mb: int
     os.set_inheritable(res_w, True)
     st_r, st_w = os.pipe()  # the interpreter writes "started" here once the sandbox is set up
     os.set_inheritable(st_w, True)
-    outer = [tools["prlimit"], f"--cpu={cpu_s}", f"--as={mem}", f"--fsize={1 << 20}", f"--nproc={nproc + 2}",
-             "--core=0", "--",
-             tools["bwrap"], "--bind", "/", "/", "--tmpfs", "/tmp", "--ro-bind", prefix, stage, "--die-with-parent",
-             tools["setpriv"], f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all",
-             "--bounding-set=-all", "--no-new-privs", "--"]
-    inner = [tools["bwrap"], "--unshare-all", "--unshare-user", "--uid", "65534", "--gid", "65534",
-             "--disable-userns", "--assert-userns-disabled", "--cap-drop", "ALL", "--die-with-parent",
-             "--new-session", "--clearenv", "--proc", "/proc", "--ro-bind", "/proc/sys", "/proc/sys",
-             "--dev", "/dev", "--tmpfs", "/tmp"]
-    for p in _ro_paths():
-        inner += ["--ro-bind", p, p]
-    if not any(prefix == p or prefix.startswith(p + "/") for p in _ro_paths()):
-        inner += ["--ro-bind", stage, prefix]
-    inner += ["--dir", "/sandbox", "--ro-bind-data", str(prog_fd), "/sandbox/main.py", "--remount-ro", "/", "--chdir", "/sandbox",
-              "--seccomp", str(bpf_fd), py, "-I", "-S", "-B", "-c", _BOOT.format(status=st_w), str(res_w)]
-    argv = ["/bin/sh", "-c", limits.join_script() + 'exec "$@"', "sh", *outer, *inner]
+    argv = _argv(tools, py, prefix, stage, uid, cpu_s, mem, nproc, limits, prog_fd, bpf_fd, res_w, st_w)
     t0 = time.perf_counter()
     bufs = {"out": bytearray(), "err": bytearray(), "res": bytearray(), "status": bytearray()}
     caps = {"out": max_output, "err": max_output, "res": MAX_RESULT, "status": MAX_RESULT}
