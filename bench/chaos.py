@@ -7,7 +7,9 @@ Schedule kinds (seeded random: which step, which actor, ``ray.kill(no_restart=Fa
 the actor's pid from Ray's actor table, a random delay inside the step):
 
 * ``grader``: one or two grader kills; ``generator``: one generator kill; ``both``: a grader and the
-  generator killed in the same step. These run in this process on one Ray cluster and one set of
+  generator killed in the same step; ``poison`` (one, after the rotation): a prompt that kills every
+  grader that grades it (fault ``grader_crash``): re-gradings are exhausted and its groups dropped
+  ``grader_error``, nothing lost, the run finishes. These run in this process on one Ray cluster and one set of
   actors (``train(cfg, actors=...)``), restarted by Ray and recovered by the orchestrator.
 * ``driver``: the trainer driver (``python -m trainer_ref.run --checkpoint-every 2``, a subprocess with
   its own Ray cluster) is SIGKILLed after a random checkpoint (its Ray actors die with it), then
@@ -46,7 +48,7 @@ os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 SMALL = dict(groups_per_step=4, group_size=4, max_tokens=64, eval_prompts=8, progress=False, grader_workers=2)
-KIND_ORDER = ("driver", "grader", "generator", "both")
+KIND_ORDER = ("driver", "grader", "generator", "both", "poison")
 
 
 def plan_schedules(n: int, seed: int, steps: int, only: set[str] | None) -> list[dict[str, Any]]:
@@ -74,6 +76,9 @@ def plan_schedules(n: int, seed: int, steps: int, only: set[str] | None) -> list
             s["kill_after_checkpoint"] = rng.choice((2, 4, 6))
             s["delay_s"] = round(rng.uniform(0.0, 0.6), 3)
         out.append(s)
+    if only is None or "poison" in only:  # one more: a grader that keeps dying, re-gradings exhausted
+        out.append({"id": n, "kind": "poison", "seed": rng.randrange(1 << 30), "plan": [],
+                    "poison_prompt": rng.randint(4, 4 * (steps - 6))})
     return out
 
 
@@ -85,8 +90,9 @@ def run_actor_schedule(s: dict[str, Any], actors: dict[str, Any], model_dir: str
     from trainer_ref.run import train
 
     run_dir = out_dir / f"s{s['id']:02d}-{s['kind']}"
+    poison = dict(fault="grader_crash", fault_magnitude=s["poison_prompt"]) if s["kind"] == "poison" else {}
     cfg = Config(run_dir=str(run_dir), mode="separate_async", steps=steps, seed=s["seed"] % 1000, max_restarts=-1,
-                 **SMALL)
+                 **SMALL, **poison)
     inj = Injector(actors, s["plan"], seed=s["seed"])
     t0 = time.time()
     err = None
@@ -98,7 +104,10 @@ def run_actor_schedule(s: dict[str, Any], actors: dict[str, Any], model_dir: str
     wall = time.time() - t0
     res = check_run(run_dir, killed_pids=[k["pid"] for k in inj.killed if k.get("pid")])
     res.update(schedule=s["id"], kind=s["kind"], plan=s["plan"], killed=inj.killed, wall_s=round(wall, 1),
-               steps=summary.get("steps"), error=err, restarts_driver=len(summary.get("restarts", [])) or None)
+               steps=summary.get("steps"), error=err, restarts_driver=len(summary.get("restarts", [])) or None,
+               recovery=summary.get("recovery"))
+    if s["kind"] == "poison" and not err and not (summary.get("recovery") or {}).get("grader_lost_samples"):
+        res["ok"], res["error"] = False, "the poison prompt's grading was never given up (no grader_error drop)"
     return res
 
 

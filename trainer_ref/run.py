@@ -210,7 +210,7 @@ def train(cfg: Config, actors: dict[str, Any] | None = None, model_dir: str | No
                    "sync": [{k: o[k] for k in ("version", "dump_s", "staging_s", "transfer_s", "load_s", "reset_s",
                                                "end_to_end_s", "bytes", "aborted", "resumed")} for o in orch.syncs],
                    "resumed": bool(resumed), "consumed_groups": orch.consumed_groups,
-                   "recovery": dict(orch.recovery.counts), "restarts": len(orch.restarts),
+                   "recovery": dict(orch.recovery.counts), "restarts": orch.restarts,
                    "eval_times": orch.eval_times, "t_train_start": t_train,
                    "telemetry_dropped": telemetry.dropped()}
         telemetry.on_throughput(window_s=train_s, samples=consumed, samples_per_s=summary["samples_per_s"],
