@@ -114,3 +114,18 @@ def test_pass_through_fields_are_plain_values_and_a_typo_does_not_cost_the_event
     rec = live.close_and_open()
     assert rows(rec, "select step, grad_norm, loss, lr, samples, tokens from train_step") == [
         (4, 2.5, 0.75, 1e-4, 8, None)]
+
+
+def test_observe_then_emit_is_one_train_step_with_the_probes_verdict(live):
+    """A trainer that observes before its step's numbers exist (emit=False) emits once through the probe:
+    the probe's clipped / nonfinite fields and the trainer's fields in one train_step event."""
+    m, opt = _model_with_grads(3.0, float("nan"))
+    probe = GradNormProbe(max_norm=1.0)
+    r = probe.observe(parameters=m.parameters(), groups=opt, step=3, emit=False)
+    live.flush()
+    assert live.events("train_step") == []
+    probe.emit(r, step=3, loss=0.25, samples=16)
+    live.flush()
+    (ev,) = live.events("train_step")
+    assert ev["step"] == 3 and ev["loss"] == 0.25 and ev["samples"] == 16
+    assert ev["nonfinite"] is True and ev["clipped"] is None
