@@ -100,6 +100,14 @@ def run_mode(name: str, args: argparse.Namespace, actors: Any, model_dir: str, r
     return r
 
 
+def save(args: argparse.Namespace, results: dict[str, Any]) -> None:
+    out = {"workload": WORKLOAD, "steps": args.steps, "target": args.target, "eval_every": args.eval_every,
+           "eval_prompts": args.eval_prompts, "cpus": os.cpu_count(), "load_avg": os.getloadavg(),
+           "results": results, "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--steps", type=int, default=40)
@@ -121,10 +129,11 @@ def main() -> None:
     model_dir = resolve_model(base)
     start_ray(base)
     actors = start_actors(base, model_dir, {"tokenizer": tokenizer_hash(model_dir)})
-    results = {}
+    results: dict[str, Any] = {}
     try:
         for name in args.modes.split(","):
             results[name] = run_mode(name, args, actors, model_dir, root)
+            save(args, results)  # a partial table survives an interrupted run
     finally:
         stop_actors(actors)
         ray.shutdown()
@@ -136,11 +145,7 @@ def main() -> None:
             for k in ("wall_s", "train_s"):
                 a, b = sync["time_to_target"][k], r["time_to_target"][k]
                 r[f"time_to_target_{k}_speedup_vs_sync"] = a / b if a and b else None
-    out = {"workload": WORKLOAD, "steps": args.steps, "target": args.target, "eval_every": args.eval_every,
-           "eval_prompts": args.eval_prompts, "cpus": os.cpu_count(), "results": results,
-           "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-    Path(args.out).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.out).write_text(json.dumps(out, indent=1, default=str))
+    save(args, results)
     for m, r in results.items():
         print(f"{m}: {r.get('samples_per_s_vs_sync', 0):.2f}x sync samples/s, {r.get('tokens_per_s_vs_sync', 0):.2f}x "
               f"tokens/s, time to {args.target}: {r.get('time_to_target_wall_s_speedup_vs_sync')}x wall-clock, "
