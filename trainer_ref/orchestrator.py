@@ -229,7 +229,7 @@ class Orchestrator:
     def finish_sync(self) -> dict[str, Any] | None:
         import ray
 
-        pending = self._pending_sync
+        pending = getattr(self, "_pending_sync", None)
         if pending is None:
             return None
         self._pending_sync = None
