@@ -69,6 +69,7 @@ class StagingBuffer:
         self.entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}  # name -> dtype, shape, offset, nbytes
         self.data: dict[str, np.ndarray] = {}  # name -> view into the shared buffer
         self.size = HEADER_BYTES
+        self.last_lock_wait_s = self.last_lock_hold_s = 0.0  # of the last write
         self._finalizer: weakref.finalize | None = None
 
     # -- shared state

@@ -77,7 +77,8 @@ def _reset_peak(device: Any = None) -> None:
 class Boundary:
     """An open boundary. Set event fields as attributes before it ends (``bytes``, ``retries``,
     ``tensors_expected``, ``tensors_present``, ``mem_hwm_bytes``, ``inflight_aborted``,
-    ``inflight_resumed``, ``bandwidth_bps``, staging ``lock_wait_s`` / ``lock_hold_s`` / ``seq_before`` /
+    ``inflight_resumed``, ``bandwidth_bps`` (default: bytes / duration), ``path`` (the transfer path:
+    shm | object_store | cuda_ipc | nccl), staging ``lock_wait_s`` / ``lock_hold_s`` / ``seq_before`` /
     ``seq_after`` / ``torn``) or call the helpers (``record_state``, ``record_read``, ``requested``,
     ``confirmed``, ``inflight``)."""
 
@@ -93,7 +94,7 @@ class Boundary:
     def __setattr__(self, key: str, value: Any) -> None:
         if key in ("bytes", "retries", "tensors_expected", "tensors_present", "mem_hwm_bytes",
                    "inflight_aborted", "inflight_resumed", "lock_wait_s", "lock_hold_s", "seq_before",
-                   "seq_after", "torn", "bandwidth_bps"):
+                   "seq_after", "torn", "bandwidth_bps", "path"):
             self.fields[key] = value
         else:
             object.__setattr__(self, key, value)
@@ -180,7 +181,7 @@ class Boundary:
         extra = getattr(self, "extra_s", 0.0)
         duration = time.perf_counter() - self._t0 + extra
         f = dict(self.fields)
-        if self.name == "transfer" and f.get("bytes") is not None and "bandwidth_bps" not in f and duration > 0:
+        if self.name != "cache_reset" and f.get("bytes") is not None and "bandwidth_bps" not in f and duration > 0:
             f["bandwidth_bps"] = float(f["bytes"]) / duration
         if self.name == "load" and "mem_hwm_bytes" not in f:
             f["mem_hwm_bytes"] = memory_high_water_bytes()
@@ -364,7 +365,9 @@ class WeightSyncProbe:
                 sp.set("outcome", worst)
                 sp.set("outcomes", json.dumps({k: v["outcome"] for k, v in s.results.items()}))
                 if end_to_end:
+                    paths = {r.get("path") for r in s.results.values()} - {None}
                     rec.emit("weight_sync", version=s.version, boundary="end_to_end", start_ns=origin,
                              duration_s=(end - origin) / 1e9, outcome=worst,
-                             bytes=s.results.get("transfer", {}).get("bytes"))
+                             bytes=s.results.get("transfer", {}).get("bytes"),
+                             **({"path": paths.pop()} if len(paths) == 1 else {}))
                 self.last = s

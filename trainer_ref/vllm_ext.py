@@ -31,8 +31,10 @@ import resource
 import time
 from typing import Any
 
+from trainer_ref.gpu_sync import GpuSyncMixin
 
-class WeightSyncExtension:
+
+class WeightSyncExtension(GpuSyncMixin):
     """Mixed into vLLM's worker class."""
 
     def _rlobs_layout(self) -> Any:

@@ -334,7 +334,20 @@ def receive(transport: dict[str, Any], local: StagingBuffer | None = None) -> tu
         data = ray.get(data) if isinstance(data, ray.ObjectRef) else data
         local.write_raw(transport["handle"], data)
         return local.handle(), time.perf_counter() - t0
+    if transport["path"] == "nccl":
+        from trainer_ref import gpu_sync
+
+        return gpu_sync.receive_handle(transport), time.perf_counter() - t0
     return dict(transport["handle"]), time.perf_counter() - t0
+
+
+LOAD_METHODS = {"shm": "rlobs_load_staged", "object_store": "rlobs_load_staged", "cuda_ipc": "rlobs_load_ipc",
+                "nccl": "rlobs_nccl_receive"}
+
+
+def handle_nbytes(handle: dict[str, Any]) -> int:
+    """Bytes of the tensors a handle describes."""
+    return int(sum(int(e[4]) for e in handle.get("entries") or ()))
 
 
 # ---- engine side (torch, inside the vLLM workers) ------------------------------------------------
@@ -391,8 +404,10 @@ def engine_fingerprints(llm: Any, shapes: dict[str, list[int]] | None = None) ->
 
 
 def engine_layout_info(llm: Any) -> dict[str, Any]:
-    """How the engine holds the weights: {packed, aliases, params, architecture, device} (``rlobs_layout``)."""
-    return llm.collective_rpc("rlobs_layout")[0]
+    """How the engine holds the weights: {packed, aliases, params, architecture, device} (``rlobs_layout``)
+    and its number of workers."""
+    reps = llm.collective_rpc("rlobs_layout")
+    return {**reps[0], "workers": len(reps)}
 
 
 def load_into_engine(llm: Any, handle: dict[str, Any], expected: dict[str, str],
