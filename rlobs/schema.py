@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-SCHEMA_VERSION = "1.2"  # 1.2: parity.mean_abs_dprob / max_abs_dprob, kind rollout_summary (importers)
+SCHEMA_VERSION = "1.3"  # 1.3: weight_sync.path; 1.2: parity.mean_abs_dprob / max_abs_dprob, kind rollout_summary (importers)
 SCHEMA_MAJOR = 1
 
 # Documented migrations between major versions (none yet: 1 is the first).
