@@ -101,6 +101,7 @@ class StagingBuffer:
             off += int(a.nbytes)
         seq = self.seq
         self.close()
+        _sweep(self._dir, self._prefix)
         self._gen += 1
         path = os.path.join(self._dir, f"{self._prefix}-{os.getpid()}-{id(self):x}-{self._gen}")
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -233,6 +234,30 @@ class StagingBuffer:
         if self._finalizer is not None:
             self._finalizer()
             self._finalizer = None
+
+
+def _sweep(directory: str, prefix: str) -> None:
+    """Delete buffers left by processes that died without closing theirs (a killed Ray actor)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return
+    for name in names:
+        if not name.startswith(prefix + "-"):
+            continue
+        pid = name[len(prefix) + 1:].split("-", 1)[0]
+        if pid.isdigit() and int(pid) != os.getpid() and not _alive(int(pid)):
+            _unlink(os.path.join(directory, name))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _unlink(path: str) -> None:

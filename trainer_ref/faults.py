@@ -174,18 +174,20 @@ def staging_read(f: Fault, step: int, staging: Any, current: Any, previous: Any,
     lock; the first torn read is returned. The writer ends on the current version."""
     if not f.on("torn_read", step) or previous is None:
         return staging.read(use_lock=locked, copy=False)
-    stop = threading.Event()
+    stop, started = threading.Event(), threading.Event()
 
     def writer() -> None:
         while not stop.is_set():
+            started.set()
             staging.write(previous.state, previous.version)
             staging.write(current.state, current.version)
 
     th = threading.Thread(target=writer, daemon=True, name="fault-torn-writer")
     th.start()
+    started.wait(5)
     try:
-        for _ in range(500):
-            rd = staging.read(use_lock=False, copy=False)
+        for _ in range(500):  # the unlocked reader copies tensor by tensor, yielding between them
+            rd = staging.read(use_lock=False, per_tensor=lambda _n: time.sleep(0))
             if rd.torn:
                 return rd
         return rd

@@ -212,6 +212,8 @@ class VLLMGenerator:
         with self._lock:
             self._lock.notify_all()
         self._thread.join(timeout=10)
+        if getattr(self, "_staging", None) is not None:
+            self._staging.close()
         telemetry.shutdown()
 
     # ----- engine thread ---------------------------------------------------------------------

@@ -347,4 +347,5 @@ class Trainer:
         return weight_sync.digest({k: weight_sync.tensor_fingerprint(v) for k, v in self.model.state_dict().items()})
 
     def shutdown(self) -> None:
+        self.staging.close()  # the shared-memory staging file
         telemetry.shutdown()
