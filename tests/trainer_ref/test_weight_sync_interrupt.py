@@ -84,13 +84,14 @@ def test_tampered_payload_is_caught_by_engine_fingerprints(stack):
     assert meta["path"] == "shm" and meta["ref"][0]["path"] == "shm"  # same node, CPU: shared memory
     views, _ = mapped(meta["ref"][0]["handle"])  # the trainer's buffer, mapped here as the engine maps it
     state = {k: v.clone() for k, v in views.items()}
+    orig = state["model.layers.1.mlp.down_proj.weight"][0, 0].item()
     state["model.layers.1.mlp.down_proj.weight"][0, 0] += 1.0
     bad = StagingBuffer(prefix="rlobs-test-tampered")
     bad.write(state, meta["version"])
     v = ray.get(gen.stats.remote())["version"]
     rep = ray.get(gen.update_weights.remote([transfer(bad, "shm")[0]], v + 1, meta["fingerprints"], meta["shapes"], "abort"))
     assert rep["mismatched"] == ["model.layers.1.mlp.down_proj.weight"]
-    state["model.layers.1.mlp.down_proj.weight"][0, 0] -= 1.0
+    state["model.layers.1.mlp.down_proj.weight"][0, 0] = orig
     bad.write(state, meta["version"])  # the same layout: written in place, the engine's mapping stays valid
     rep = ray.get(gen.update_weights.remote([transfer(bad, "shm")[0]], v + 2, meta["fingerprints"], meta["shapes"], "abort"))
     assert rep["mismatched"] == [] and rep["tensors_present"] == len(state) and rep["path"] == "shm"
