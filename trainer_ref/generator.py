@@ -299,9 +299,10 @@ class VLLMGenerator:
                                                       method=weight_sync.LOAD_METHODS[path])
                     b.record_fingerprints(lr.fingerprints, nbytes=nbytes)
                     b.mem_hwm_bytes, b.path = lr.mem_hwm_bytes, path
-                    b.seq_before, b.seq_after, b.torn = lr.seq_before, lr.seq_after, lr.torn
-                    if lr.torn:  # the engine's own read of the staging buffer overlapped a write
-                        b.outcome = "torn"
+                    if path in ("shm", "object_store"):  # the engine's own seqlock read of the staging buffer
+                        b.seq_before, b.seq_after, b.torn = lr.seq_before, lr.seq_after, lr.torn
+                        if lr.torn:  # it overlapped a write
+                            b.outcome = "torn"
                 rep.update(load_s=time.perf_counter() - t1, tensors_present=lr.tensors_present,
                            mismatched=lr.mismatched, fingerprint=weight_sync.digest(lr.fingerprints),
                            mem_hwm_bytes=lr.mem_hwm_bytes, engine_reload_s=lr.engine_s, torn=lr.torn,

@@ -209,8 +209,7 @@ class GpuSyncMixin:
             state.update(bucket_views(buf, b["entries"]))
         rep = self._rlobs_reload(state, perturb)  # type: ignore[attr-defined]
         torch.cuda.synchronize()
-        seq = 2 * int(handle.get("version") or 0)
-        return {**rep, "seq_before": seq, "seq_after": seq, "torn": False}
+        return rep  # no seqlock on this path: the trainer's buckets are not rewritten until the next sync
 
     def rlobs_nccl_receive(self, handle: dict[str, Any], perturb: dict[str, float] | None = None) -> dict[str, Any]:
         """Join the trainer's group on first use, receive each bucket by broadcast from rank 0, load views."""
@@ -232,6 +231,4 @@ class GpuSyncMixin:
             comm.broadcast(buf, src=0, stream=torch.cuda.current_stream())
             state.update(bucket_views(buf, b["entries"]))
         torch.cuda.synchronize()
-        rep = self._rlobs_reload(state, perturb)  # type: ignore[attr-defined]
-        seq = 2 * int(handle.get("version") or 0)
-        return {**rep, "seq_before": seq, "seq_after": seq, "torn": False}
+        return self._rlobs_reload(state, perturb)  # type: ignore[attr-defined]

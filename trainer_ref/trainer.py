@@ -288,7 +288,6 @@ class Trainer:
                 with s.staging() as b:  # 2: the device buckets (one device copy), no host staging
                     st = gpu_sync.stage(self, dump, path)
                     b.bytes, b.path, b.lock_wait_s, b.lock_hold_s = dump.nbytes, path, 0.0, st["seconds"]
-                    b.seq_before = b.seq_after = 2 * v
                 rd_nbytes, staging_s = dump.nbytes, st["seconds"]
                 transport, put_s = faults.transfer(self.fault, v - 1, lambda _: gpu_sync.send(self, path), None)  # 3a
             else:
