@@ -35,101 +35,25 @@ from __future__ import annotations
 import json
 import resource
 import sys
-import threading
 import time
 from contextlib import AbstractContextManager, contextmanager
-from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
-import numpy as np
-
-from probes._common import Recorderish, dumps, is_tensor, recorder_or_global
-from probes.fingerprint import (combined_fingerprint, compare_fingerprints, fingerprints,  # noqa: F401
-                                tensor_fingerprint, tensor_nbytes)  # tensor_fingerprint: re-exported
+from probes._common import Recorderish, dumps, recorder_or_global
+from probes.fingerprint import (  # noqa: F401
+    combined_fingerprint,
+    compare_fingerprints,
+    fingerprints,
+    tensor_fingerprint,  # tensor_fingerprint: re-exported
+    tensor_nbytes,
+)
+from probes.staging import HEADER_BYTES, StagingBuffer, StagingRead, views  # noqa: F401 - re-exported
 
 BOUNDARIES = ("dump", "staging", "transfer", "load", "cache_reset")
 DEFAULT_REQUIRED = ("dump", "load", "cache_reset")
 
 
-# ---- staging buffer -----------------------------------------------------------------------------
-@dataclass(frozen=True, slots=True)
-class StagingRead:
-    payload: dict[str, Any]
-    seq_before: int
-    seq_after: int
-    torn: bool
-    lock_wait_s: float
-    lock_hold_s: float
-
-
-class StagingBuffer:
-    """A CPU staging buffer of named arrays guarded by a lock and a sequence number (a seqlock).
-
-    A writer makes ``seq`` odd, copies the tensors, makes it even again. A read records ``seq`` before
-    and after copying; it is *torn* when the two differ or the first is odd (a write overlapped it).
-    Correct code writes and reads under the lock (``use_lock=True``) and never tears; the flag exists
-    to catch code that bypasses the lock (or an engine that reads the pinned buffer directly).
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.seq = 0
-        self.data: dict[str, np.ndarray] = {}
-        self.version: int | None = None
-
-    def write(self, state: Mapping[str, Any], version: int | None = None, *, use_lock: bool = True,
-              per_tensor: Callable[[str], None] | None = None) -> int:
-        """Copy ``state`` into the buffer; returns the new (even) sequence number."""
-        if use_lock:
-            self.lock.acquire()
-        try:
-            self.seq += 1  # odd: write in progress
-            for name, t in state.items():
-                arr = np.array(_to_host_array(t), copy=True)
-                cur = self.data.get(name)
-                if cur is not None and cur.shape == arr.shape and cur.dtype == arr.dtype:
-                    np.copyto(cur, arr)
-                else:
-                    self.data[name] = arr
-                if per_tensor is not None:
-                    per_tensor(name)
-            self.version = version
-            self.seq += 1  # even: consistent
-            return self.seq
-        finally:
-            if use_lock:
-                self.lock.release()
-
-    def read(self, *, use_lock: bool = True, per_tensor: Callable[[str], None] | None = None) -> StagingRead:
-        """Copy the buffer out, timing the lock and checking the sequence number."""
-        t0 = time.perf_counter()
-        if use_lock:
-            self.lock.acquire()
-        t1 = time.perf_counter()
-        try:
-            before = self.seq
-            out = {}
-            for name in list(self.data):
-                out[name] = self.data[name].copy()
-                if per_tensor is not None:
-                    per_tensor(name)
-            after = self.seq
-        finally:
-            if use_lock:
-                self.lock.release()
-        t2 = time.perf_counter()
-        return StagingRead(out, before, after, before != after or before % 2 == 1, t1 - t0, t2 - t1)
-
-
-def _to_host_array(t: Any) -> np.ndarray:
-    if is_tensor(t):
-        x = t.detach().cpu()
-        if str(x.dtype) == "torch.bfloat16":
-            import torch
-
-            return x.contiguous().view(torch.int16).numpy()  # keep the exact bits
-        return x.numpy()
-    return np.asarray(t)
+# ---- staging buffer: probes.staging (re-exported) ----------------------------------------------
 
 
 # ---- memory -------------------------------------------------------------------------------------
@@ -153,7 +77,8 @@ def _reset_peak(device: Any = None) -> None:
 class Boundary:
     """An open boundary. Set event fields as attributes before it ends (``bytes``, ``retries``,
     ``tensors_expected``, ``tensors_present``, ``mem_hwm_bytes``, ``inflight_aborted``,
-    ``inflight_resumed``, ``bandwidth_bps``, staging ``lock_wait_s`` / ``lock_hold_s`` / ``seq_before`` /
+    ``inflight_resumed``, ``bandwidth_bps`` (default: bytes / duration), ``path`` (the transfer path:
+    shm | object_store | cuda_ipc | nccl), staging ``lock_wait_s`` / ``lock_hold_s`` / ``seq_before`` /
     ``seq_after`` / ``torn``) or call the helpers (``record_state``, ``record_read``, ``requested``,
     ``confirmed``, ``inflight``)."""
 
@@ -169,7 +94,7 @@ class Boundary:
     def __setattr__(self, key: str, value: Any) -> None:
         if key in ("bytes", "retries", "tensors_expected", "tensors_present", "mem_hwm_bytes",
                    "inflight_aborted", "inflight_resumed", "lock_wait_s", "lock_hold_s", "seq_before",
-                   "seq_after", "torn", "bandwidth_bps"):
+                   "seq_after", "torn", "bandwidth_bps", "path"):
             self.fields[key] = value
         else:
             object.__setattr__(self, key, value)
@@ -256,7 +181,7 @@ class Boundary:
         extra = getattr(self, "extra_s", 0.0)
         duration = time.perf_counter() - self._t0 + extra
         f = dict(self.fields)
-        if self.name == "transfer" and f.get("bytes") is not None and "bandwidth_bps" not in f and duration > 0:
+        if self.name != "cache_reset" and f.get("bytes") is not None and "bandwidth_bps" not in f and duration > 0:
             f["bandwidth_bps"] = float(f["bytes"]) / duration
         if self.name == "load" and "mem_hwm_bytes" not in f:
             f["mem_hwm_bytes"] = memory_high_water_bytes()
@@ -440,7 +365,9 @@ class WeightSyncProbe:
                 sp.set("outcome", worst)
                 sp.set("outcomes", json.dumps({k: v["outcome"] for k, v in s.results.items()}))
                 if end_to_end:
+                    paths = {r.get("path") for r in s.results.values()} - {None}
                     rec.emit("weight_sync", version=s.version, boundary="end_to_end", start_ns=origin,
                              duration_s=(end - origin) / 1e9, outcome=worst,
-                             bytes=s.results.get("transfer", {}).get("bytes"))
+                             bytes=s.results.get("transfer", {}).get("bytes"),
+                             **({"path": paths.pop()} if len(paths) == 1 else {}))
                 self.last = s

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-SCHEMA_VERSION = "1.2"  # 1.2: parity.mean_abs_dprob / max_abs_dprob, kind rollout_summary (importers)
+SCHEMA_VERSION = "1.3"  # 1.3: weight_sync.path; 1.2: parity.mean_abs_dprob / max_abs_dprob, kind rollout_summary (importers)
 SCHEMA_MAJOR = 1
 
 # Documented migrations between major versions (none yet: 1 is the first).
@@ -171,7 +171,8 @@ _KIND_LIST: tuple[Kind, ...] = (
         F("seq_before", "int64", "staging: sequence number before the read"),
         F("seq_after", "int64", "staging: sequence number after the read"),
         F("torn", "bool", "staging: sequence changed during the read"),
-        F("bandwidth_bps", "float64", "transfer: bytes per second"),
+        F("bandwidth_bps", "float64", "bytes / duration of the boundary (every boundary that moved bytes)"),
+        F("path", "string", "weight-sync path taken: shm | object_store | cuda_ipc | nccl"),
         F("retries", "int64", "transfer: retries"),
         F("mem_hwm_bytes", "int64", "load: memory high-water mark"),
         F("reset_requested", "bool", "cache_reset: reset requested"),

@@ -163,37 +163,37 @@ def slow_trainer(f: Fault, step: int) -> None:
 
 
 def dump(f: Fault, step: int, d: Any, layout: Any) -> Any:
-    """incomplete_dump: the dump re-serialised without ``model.norm.weight`` (``layout``: the
-    trainer's ``weight_sync.EngineLayout``)."""
+    """incomplete_dump: the dump without ``model.norm.weight`` (``layout``: the trainer's
+    ``weight_sync.EngineLayout``)."""
     if not f.on("incomplete_dump", step):
         return d
-    from safetensors.torch import load, save
-
     from trainer_ref import weight_sync
 
-    state = load(d.payload)
-    state.pop("model.norm.weight", None)
+    state = {k: v for k, v in d.state.items() if k != "model.norm.weight"}
     fps, shapes = weight_sync.fingerprint_state(state, layout)
-    return weight_sync.Dump(d.version, save(state), fps, sorted(state), d.seconds, shapes)
+    return weight_sync.Dump(d.version, state, fps, sorted(state), d.seconds, shapes)
 
 
 def staging_read(f: Fault, step: int, staging: Any, current: Any, previous: Any, locked: bool = True) -> Any:
-    """torn_read: a second writer rewrites the staging buffer (previous, then current version) while
-    the trainer reads it without the lock; the first torn read is returned (mixed bytes)."""
+    """The staging buffer's seqlock read (zero-copy: the engine maps the buffer). torn_read: a second
+    writer rewrites the buffer (previous, then current version) while the trainer reads it without the
+    lock; the first torn read is returned. The writer ends on the current version."""
     if not f.on("torn_read", step) or previous is None:
-        return staging.read(locked=locked)
-    stop = threading.Event()
+        return staging.read(use_lock=locked, copy=False)
+    stop, started = threading.Event(), threading.Event()
 
     def writer() -> None:
         while not stop.is_set():
-            staging.write(previous)
-            staging.write(current)
+            started.set()
+            staging.write(previous.state, previous.version)
+            staging.write(current.state, current.version)
 
     th = threading.Thread(target=writer, daemon=True, name="fault-torn-writer")
     th.start()
+    started.wait(5)
     try:
-        for _ in range(500):
-            rd = staging.read(locked=False)
+        for _ in range(500):  # the unlocked reader copies tensor by tensor, yielding between them
+            rd = staging.read(use_lock=False, per_tensor=lambda _n: time.sleep(0))
             if rd.torn:
                 return rd
         return rd
@@ -234,6 +234,11 @@ def corrupt_payload(f: Fault, step: int, payload: bytes) -> bytes:
     if "model.norm.weight" in state:
         state["model.norm.weight"] = state["model.norm.weight"] + f.magnitude
     return save(state)
+
+
+def corruption(f: Fault, step: int) -> dict[str, float]:
+    """fingerprint_mismatch: {tensor: delta} the engine adds to what it loads (``model.norm.weight``)."""
+    return {"model.norm.weight": float(f.magnitude)} if f.on("fingerprint_mismatch", step) else {}
 
 
 def reset_cache(f: Fault, step: int, reset: Callable[[Any], bool], llm: Any) -> bool | None:

@@ -192,9 +192,16 @@ class VLLMGenerator:
         return self._grader.grade(samples, submitted_at)
 
     def engine_layout(self) -> dict[str, Any]:
-        """How the engine holds the weights (``weight_sync.engine_layout_info``): the trainer adopts it."""
+        """How the engine holds the weights (``weight_sync.engine_layout_info``): the trainer adopts it,
+        with this engine's node and device (they choose the sync path)."""
         with self._lock:
-            return weight_sync.engine_layout_info(self.llm)
+            return {**weight_sync.engine_layout_info(self.llm), "node_id": weight_sync.node_id()}
+
+    def _local_staging(self) -> weight_sync.StagingBuffer:
+        """This node's staging buffer for weights that crossed nodes (object-store path), made on first use."""
+        if getattr(self, "_staging", None) is None:
+            self._staging = weight_sync.StagingBuffer(prefix="rlobs-staging-gen")
+        return self._staging
 
     def engine_fingerprints(self, shapes: dict[str, list[int]] | None = None) -> dict[str, str]:
         with self._lock:
@@ -205,6 +212,8 @@ class VLLMGenerator:
         with self._lock:
             self._lock.notify_all()
         self._thread.join(timeout=10)
+        if getattr(self, "_staging", None) is not None:
+            self._staging.close()
         telemetry.shutdown()
 
     # ----- engine thread ---------------------------------------------------------------------
@@ -275,22 +284,32 @@ class VLLMGenerator:
             self._inbox.extendleft(reversed(requeue))
             v, hand = upd["version"], upd["handoff"]
             with telemetry.probe().wsync_recv.sync(handoff=hand) as sess:
-                with sess.transfer() as b:  # 3b: receive; the sender's put counts in the boundary
-                    payload, rep["transfer_recv_s"] = weight_sync.receive(upd["ref"])
-                    rep["bytes"] = b.bytes = len(payload)
+                transport = upd["ref"]
+                path = str(transport.get("path") or hand.get("path") or "shm")
+                with sess.transfer() as b:  # 3b: reach the staged weights; the sender's half counts in the boundary
+                    handle, rep["transfer_recv_s"] = weight_sync.receive(transport, self._local_staging())
+                    nbytes = weight_sync.handle_nbytes(handle)
+                    rep["bytes"] = b.bytes = nbytes
+                    rep["path"] = b.path = path
                     b.add_seconds(float(hand.get("sender_s") or 0.0))
                 t1 = time.perf_counter()
-                with sess.load() as b:  # 4: load in every worker; engine fingerprints vs the dump's
-                    lr = weight_sync.load_into_engine(self.llm, faults.corrupt_payload(self.fault, v - 1, payload),
-                                                      upd["expected"], upd["shapes"])
-                    b.record_fingerprints(lr.fingerprints, nbytes=len(payload))
-                    b.mem_hwm_bytes = lr.mem_hwm_bytes
+                with sess.load() as b:  # 4: load in every worker from tensors; engine fingerprints vs the dump's
+                    lr = weight_sync.load_into_engine(self.llm, handle, upd["expected"], upd["shapes"],
+                                                      perturb=faults.corruption(self.fault, v - 1),
+                                                      method=weight_sync.LOAD_METHODS[path])
+                    b.record_fingerprints(lr.fingerprints, nbytes=nbytes)
+                    b.mem_hwm_bytes, b.path = lr.mem_hwm_bytes, path
+                    if path in ("shm", "object_store"):  # the engine's own seqlock read of the staging buffer
+                        b.seq_before, b.seq_after, b.torn = lr.seq_before, lr.seq_after, lr.torn
+                        if lr.torn:  # it overlapped a write
+                            b.outcome = "torn"
                 rep.update(load_s=time.perf_counter() - t1, tensors_present=lr.tensors_present,
                            mismatched=lr.mismatched, fingerprint=weight_sync.digest(lr.fingerprints),
-                           mem_hwm_bytes=lr.mem_hwm_bytes,
+                           mem_hwm_bytes=lr.mem_hwm_bytes, engine_reload_s=lr.engine_s, torn=lr.torn,
                            sources={s: sum(1 for x in lr.sources.values() if x == s) for s in set(lr.sources.values())})
                 t2 = time.perf_counter()
                 with sess.cache_reset() as b:  # 5: requested and confirmed; in-flight requests
+                    b.path = path
                     rep["reset_confirmed"] = faults.reset_cache(self.fault, v - 1, weight_sync.reset_cache, self.llm)
                     if rep["reset_confirmed"] is not None:
                         b.requested()

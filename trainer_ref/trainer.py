@@ -80,6 +80,7 @@ class Trainer:
         ``ValueError`` when this model's tensors do not map one to one onto the engine's parameters.
         Returns the engine-layout names every sync must deliver."""
         self.layout = weight_sync.EngineLayout.from_engine(self.model, engine)
+        self._engine_place = {k: engine.get(k) for k in ("node_id", "device", "workers")}
         return self.expected_engine
 
     @property
@@ -292,29 +293,51 @@ class Trainer:
 
     # ----- weight sync, trainer side ---------------------------------------------------------
     def sync_out(self, torn_read: bool = False) -> dict[str, Any]:
-        """Stages 1 (dump), 2 (staging write + read) and 3a (ray.put); returns what the engine needs,
-        with the ``WeightSyncProbe`` handoff (dump fingerprints, expected tensors, optimiser-step time,
-        trace parent, the put's seconds) the generator's side of the probe continues from."""
+        """Stages 1 (dump), 2 (staging write + seqlock read) and 3a (the path's send); returns what the
+        engine needs, with the ``WeightSyncProbe`` handoff (dump fingerprints, expected tensors,
+        optimiser-step time, trace parent, the send's seconds, the path) the generator's side continues
+        from. The path (``weight_sync.choose_path``): ``shm`` on one node, ``object_store`` across nodes,
+        ``cuda_ipc`` / ``nccl`` on GPUs; ``cfg["weight_sync_path"]`` forces one."""
         v = self.version
         P = telemetry.probe()
+        path = self.sync_path()
         with P.wsync_send.sync(v, optimizer_step_ns=self._opt_ns, expected=self.expected_engine,
                                end_to_end=False) as s:
             with s.dump() as b:  # 1: every expected tensor present, per-tensor fingerprints (engine layout)
                 layout = self._layout()
                 dump = faults.dump(self.fault, v - 1, weight_sync.dump_weights(self.model, v, self.expected, layout), layout)
                 b.record_fingerprints(dump.fingerprints, nbytes=dump.nbytes)
-            with s.staging() as b:  # 2: lock wait/hold, sequence numbers, torn read
-                wait_w, hold_w = self.staging.write(dump)
-                self._prev_dump, rd = dump, faults.staging_read(self.fault, v - 1, self.staging, dump,
-                                                                self._prev_dump, not torn_read)
-                b.record_read(rd, nbytes=rd.dump.nbytes)
-                b.lock_wait_s, b.lock_hold_s = wait_w + rd.lock_wait_s, hold_w + rd.lock_hold_s
+                b.path = path
+            if path in ("cuda_ipc", "nccl"):
+                from trainer_ref import gpu_sync
+
+                with s.staging() as b:  # 2: the device buckets (one device copy), no host staging
+                    st = gpu_sync.stage(self, dump, path)
+                    b.bytes, b.path, b.lock_wait_s, b.lock_hold_s = dump.nbytes, path, 0.0, st["seconds"]
+                rd_nbytes, staging_s = dump.nbytes, st["seconds"]
+                transport, put_s = faults.transfer(self.fault, v - 1, lambda _: gpu_sync.send(self, path), None)  # 3a
+            else:
+                with s.staging() as b:  # 2: copy into the shared-memory buffer; lock wait/hold, seqlock read
+                    self.staging.write(dump.state, v)
+                    wait_w, hold_w = self.staging.last_lock_wait_s, self.staging.last_lock_hold_s
+                    prev, self._prev_dump = self._prev_dump, dump
+                    rd = faults.staging_read(self.fault, v - 1, self.staging, dump, prev, not torn_read)
+                    b.record_read(rd, nbytes=dump.nbytes)
+                    b.lock_wait_s, b.lock_hold_s, b.path = wait_w + rd.lock_wait_s, hold_w + rd.lock_hold_s, path
+                rd_nbytes, staging_s = dump.nbytes, wait_w + hold_w + rd.lock_hold_s
+                transport, put_s = faults.transfer(self.fault, v - 1, lambda st: weight_sync.transfer(st, path),
+                                                   self.staging)  # 3a
             P.parity.on_sync(v)  # the next batch is the first after this sync
-            ref, put_s = faults.transfer(self.fault, v - 1, weight_sync.transfer, rd.dump.payload)  # 3a
-            handoff = {**s.handoff(), "sender_s": put_s}
-        return {"ref": [ref], "version": v, "fingerprints": rd.dump.fingerprints, "shapes": rd.dump.shapes,
-                "bytes": rd.dump.nbytes, "dump_s": dump.seconds, "staging_s": wait_w + hold_w + rd.lock_hold_s,
-                "put_s": put_s, "digest": rd.dump.digest, "handoff": handoff}
+            handoff = {**s.handoff(), "sender_s": put_s, "path": path}
+        return {"ref": [transport], "version": v, "fingerprints": dump.fingerprints, "shapes": dump.shapes,
+                "bytes": rd_nbytes, "dump_s": dump.seconds, "staging_s": staging_s, "put_s": put_s,
+                "digest": dump.digest, "handoff": handoff, "path": path}
+
+    def sync_path(self) -> str:
+        """The weight-sync path for this trainer and its engine (``weight_sync.choose_path``)."""
+        eng = getattr(self, "_engine_place", {}) or {}
+        return weight_sync.choose_path(self.device, weight_sync.node_id(), eng.get("node_id"),
+                                       self.cfg.get("weight_sync_path"), eng.get("device"))
 
     # ----- evaluation helpers, checkpoints ---------------------------------------------------
     def save(self, directory: str) -> None:
@@ -349,4 +372,5 @@ class Trainer:
         return weight_sync.digest({k: weight_sync.tensor_fingerprint(v) for k, v in self.model.state_dict().items()})
 
     def shutdown(self) -> None:
+        self.staging.close()  # the shared-memory staging file
         telemetry.shutdown()

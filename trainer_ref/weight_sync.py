@@ -1,31 +1,44 @@
 """Weight sync from trainer to generator in five explicit stages, each a function probes can wrap.
 
-1. ``dump_weights``      trainer side: state dict -> safetensors bytes + per-tensor fingerprints.
-2. ``StagingBuffer``     a CPU staging buffer behind a lock with a sequence number; ``read`` reports
-                         the sequence before and after the copy so a torn read is detectable.
-3. ``transfer`` / ``receive``  Ray object store (``ray.put`` / resolve by reference), on CPU and GPU
-                         alike; an NCCL / CUDA-IPC path is not implemented yet.
-4. ``load_into_engine``  vLLM worker extension (``collective_rpc`` -> ``reload_weights``), returning
-                         the engine-side fingerprint of every parameter to compare with the dump.
+1. ``dump_weights``      trainer side: the parameters in the engine layout's order (views, no copy;
+                         tied aliases left out, the parts of each fused tensor back to back) and the
+                         per-tensor fingerprints of the engine layout.
+2. ``StagingBuffer``     ``probes.staging.StagingBuffer``: one flat buffer in shared memory (``/dev/shm``)
+                         behind a lock (threading + ``flock``) and a sequence number; the trainer copies
+                         the dump in (the only copy on the same-node path); a read reports the sequence
+                         before and after so a torn read is detectable.
+3. ``transfer`` / ``receive``  the path is chosen by ``choose_path``: ``shm`` (same node, CPU) hands the
+                         engine the buffer's handle, which its workers map without a copy;
+                         ``object_store`` (another node) ``ray.put``s the flat bytes and the receiver
+                         copies them into its own node's staging buffer; ``cuda_ipc`` (same GPU node)
+                         sends CUDA IPC handles of the trainer's GPU buckets; ``nccl`` broadcasts the
+                         buckets from trainer rank 0 into the engine's workers (``trainer_ref.gpu_sync``).
+4. ``load_into_engine``  vLLM worker extension (``collective_rpc`` -> ``reload_weights`` over views into the
+                         mapped buffer: tensors, no safetensors bytes), returning the engine-side
+                         fingerprint of every parameter to compare with the dump, and the seqlock numbers
+                         of the engine's own read.
 5. ``reset_cache``       prefix/KV-cache reset, confirmed by the engine's return value.
 
 Fingerprints are ``probes.fingerprint.tensor_fingerprint`` (xxh3-64 of dtype, shape and bytes) of each
 tensor in the *engine layout* (``EngineLayout``: vLLM fuses q/k/v into ``qkv_proj`` and gate/up into
 ``gate_up_proj`` per its model class's ``packed_modules_mapping``, and holds a tied ``lm_head`` only as
 the embedding; the trainer applies the same layout, taken from the running engine or derived from the
-model's config), so dump and load fingerprints are comparable tensor by tensor. What each stage measured is recorded by ``probes.WeightSyncProbe``
-(trainer side: dump, staging; generator side: transfer, load, cache reset, end-to-end lag), see
-``Trainer.sync_out`` and ``VLLMGenerator._apply_update``.
+model's config), so dump and load fingerprints are comparable tensor by tensor; a fused tensor is hashed
+part by part (``concat_fingerprint``), never concatenated. What each stage measured is recorded by
+``probes.WeightSyncProbe`` (trainer side: dump, staging; generator side: transfer, load, cache reset,
+end-to-end lag), with the bytes, bandwidth and path on every boundary, see ``Trainer.sync_out`` and
+``VLLMGenerator._apply_update``.
 """
 
 from __future__ import annotations
 
-import threading
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Iterable
 
-from probes.fingerprint import combined_fingerprint, tensor_fingerprint  # noqa: F401 - re-exported
+from probes.fingerprint import _hasher, combined_fingerprint, tensor_fingerprint  # noqa: F401 - re-exported
+from probes.staging import StagingBuffer  # noqa: F401 - the one staging buffer, re-exported
 
 
 def digest(fingerprints: dict[str, str]) -> str:
@@ -176,18 +189,53 @@ def engine_layout(state: dict[str, Any], layout: EngineLayout) -> dict[str, Any]
     return layout.apply(state)
 
 
+def concat_fingerprint(parts: list[Any]) -> str:
+    """``tensor_fingerprint(torch.cat(parts, 0))`` without building the concatenation (full hash)."""
+    import torch
+
+    first = parts[0]
+    shape = (sum(int(p.shape[0]) for p in parts), *tuple(first.shape[1:]))
+    h = _hasher()
+    h.update(f"{str(first.dtype).replace('torch.', '')}|{shape}|f|".encode())
+    for p in parts:
+        x = p.detach().contiguous()
+        if x.numel():
+            h.update(x.reshape(-1).view(torch.uint8).cpu().numpy().data)
+    return h.hexdigest()
+
+
 def fingerprint_state(state: dict[str, Any], layout: EngineLayout) -> tuple[dict[str, str], dict[str, list[int]]]:
-    """Per-tensor fingerprints and shapes of ``state`` in the engine layout."""
-    fused = layout.apply(state)
-    return {k: tensor_fingerprint(v) for k, v in fused.items()}, {k: list(v.shape) for k, v in fused.items()}
+    """Per-tensor fingerprints and shapes of ``state`` (trainer layout) in the engine layout."""
+    out = {k: v for k, v in state.items() if k not in layout.aliases}
+    fps, shapes = {}, {}
+    for fused, group in layout.fusions(out):
+        parts = [out.pop(n) for n in group]
+        fps[fused] = concat_fingerprint(parts)
+        shapes[fused] = [sum(int(p.shape[0]) for p in parts), *[int(x) for x in parts[0].shape[1:]]]
+    for k, v in out.items():
+        fps[k], shapes[k] = tensor_fingerprint(v), [int(x) for x in v.shape]
+    return fps, shapes
+
+
+def stage_order(state: dict[str, Any], layout: EngineLayout) -> dict[str, Any]:
+    """``state`` without tied aliases, ordered so that the parts of every fused tensor lie back to back
+    in vLLM's shard order (in the flat staging buffer the fused tensor is then one contiguous range)."""
+    out = {k: v for k, v in state.items() if k not in layout.aliases}
+    ordered: dict[str, Any] = {}
+    for _, group in sorted(layout.fusions(out)):
+        for n in group:
+            ordered[n] = out[n]
+    for k in sorted(out):
+        ordered.setdefault(k, out[k])
+    return ordered
 
 
 @dataclass
 class Dump:
-    """Stage 1 result."""
+    """Stage 1 result: ``state`` holds the trainer's tensors (views of its parameters, stage order)."""
 
     version: int
-    payload: bytes
+    state: dict[str, Any]
     fingerprints: dict[str, str]  # engine-layout name -> xxh64
     names: list[str]  # tensor names in the dump (trainer layout)
     seconds: float = 0.0
@@ -195,7 +243,14 @@ class Dump:
 
     @property
     def nbytes(self) -> int:
-        return len(self.payload)
+        return int(sum(t.numel() * t.element_size() for t in self.state.values()))
+
+    @property
+    def payload(self) -> bytes:
+        """The dump as one safetensors checkpoint (for inspection and tests; the sync never builds it)."""
+        from safetensors.torch import save
+
+        return save({k: v.contiguous() for k, v in self.state.items()})
 
     @property
     def digest(self) -> str:
@@ -204,110 +259,124 @@ class Dump:
 
 def dump_weights(model: Any, version: int, expected: Iterable[str] | None = None,
                  layout: EngineLayout | None = None) -> Dump:
-    """Stage 1: serialise the model's state dict (safetensors bytes) and fingerprint each tensor.
+    """Stage 1: the model's tensors in stage order (no copy on the CPU) and their per-tensor fingerprints.
 
     ``layout`` (default ``EngineLayout.from_model(model)``) says which tensors are tied aliases (not
     sent: the engine ties them itself) and how the engine fuses the rest (fingerprints and shapes are
     in the engine layout). ``expected``: trainer-layout names that must be in the dump (aliases of
     tied tensors are not required)."""
-    from safetensors.torch import save
-
     t0 = time.perf_counter()
     layout = layout or EngineLayout.from_model(model)
-    state = {k: v.detach().to("cpu").contiguous() for k, v in model.state_dict().items() if k not in layout.aliases}
+    state = {k: v.detach() for k, v in model.state_dict().items() if k not in layout.aliases}
     missing = sorted(set(layout.sent(expected or ())) - set(state))
     if missing:
         raise RuntimeError(f"dump is missing tensors: {missing[:5]}")
-    payload = save(state)
+    state = stage_order(state, layout)
     fps, shapes = fingerprint_state(state, layout)
-    return Dump(version, payload, fps, sorted(state), time.perf_counter() - t0, shapes)
+    return Dump(version, state, fps, sorted(state), time.perf_counter() - t0, shapes)
 
 
-@dataclass
-class StagingRead:
-    dump: Dump
-    seq_before: int
-    seq_after: int
-    lock_wait_s: float
-    lock_hold_s: float
-
-    @property
-    def torn(self) -> bool:
-        return self.seq_before != self.seq_after or self.seq_before % 2 == 1
+# ---- paths ---------------------------------------------------------------------------------------
+PATHS = ("shm", "object_store", "cuda_ipc", "nccl")
 
 
-_CHUNK = 1 << 18
+def node_id() -> str | None:
+    """This process's Ray node id (None outside Ray)."""
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id() if ray.is_initialized() else None
+    except Exception:  # noqa: BLE001 - no Ray context: a single process
+        return None
 
 
-class StagingBuffer:
-    """Stage 2: a preallocated CPU staging buffer; writers bump ``seq`` before and after copying in
-    (odd while a write is in progress), copies go chunk by chunk, like a pinned-memory staging area.
-    A reader that sees ``seq`` change (or odd) during its copy got a torn read."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.seq = 0
-        self._buf = bytearray()
-        self._size = 0
-        self._meta: Dump | None = None
-
-    def write(self, dump: Dump) -> tuple[float, float]:
-        """Copy a dump in; returns (lock_wait_s, lock_hold_s)."""
-        t0 = time.perf_counter()
-        with self._lock:
-            t1 = time.perf_counter()
-            self.seq += 1
-            n = len(dump.payload)
-            if len(self._buf) < n:
-                self._buf = bytearray(n)
-            src, dst = memoryview(dump.payload), memoryview(self._buf)
-            for i in range(0, n, _CHUNK):
-                dst[i:min(i + _CHUNK, n)] = src[i:min(i + _CHUNK, n)]
-            self._size = n
-            self._meta = Dump(dump.version, b"", dict(dump.fingerprints), list(dump.names), dump.seconds,
-                              dict(dump.shapes))
-            self.seq += 1
-            return t1 - t0, time.perf_counter() - t1
-
-    def read(self, locked: bool = True) -> StagingRead:
-        """Copy the staged dump out; ``locked=False`` skips the lock (torn reads become possible)."""
-        t0 = time.perf_counter()
-        if locked:
-            self._lock.acquire()
-        t1 = time.perf_counter()
-        try:
-            before = self.seq
-            if self._meta is None:
-                raise RuntimeError("staging buffer is empty")
-            m, n = self._meta, self._size
-            out = bytearray(n)
-            src, dst = memoryview(self._buf), memoryview(out)
-            for i in range(0, n, _CHUNK):
-                dst[i:min(i + _CHUNK, n)] = src[i:min(i + _CHUNK, n)]
-            after = self.seq
-        finally:
-            if locked:
-                self._lock.release()
-        copy = Dump(m.version, bytes(out), dict(m.fingerprints), list(m.names), m.seconds, dict(m.shapes))
-        return StagingRead(copy, before, after, t1 - t0, time.perf_counter() - t1)
+def choose_path(device: str, trainer_node: str | None, engine_node: str | None, override: str | None = None,
+                engine_device: str | None = None) -> str:
+    """The transfer path: ``override`` when given (``cfg["weight_sync_path"]``), else by placement:
+    GPU trainer and engine on one node -> ``cuda_ipc``, on different nodes -> ``nccl``; CPU on one node
+    -> ``shm``, across nodes -> ``object_store``. An unknown node (no Ray) counts as the same node."""
+    if override:
+        if override not in PATHS:
+            raise ValueError(f"unknown weight_sync_path {override!r}; valid: {', '.join(PATHS)}")
+        return override
+    same = trainer_node is None or engine_node is None or trainer_node == engine_node
+    if str(device).startswith("cuda") and str(engine_device or "cuda").startswith("cuda"):
+        return "cuda_ipc" if same else "nccl"
+    return "shm" if same else "object_store"
 
 
-def transfer(payload: bytes) -> tuple[Any, float]:
-    """Stage 3 (sender): put the payload in the Ray object store; returns (ObjectRef, seconds)."""
-    import ray
-
+def transfer(staging: StagingBuffer, path: str = "shm") -> tuple[dict[str, Any], float]:
+    """Stage 3 (sender) of the CPU paths: what the engine needs to reach the staged weights; returns
+    (transport, seconds). ``shm``: the buffer's handle only (the engine maps it); ``object_store``: the
+    flat bytes ``ray.put`` in the object store (one copy), plus the handle's layout."""
     t0 = time.perf_counter()
-    ref = ray.put(payload)
-    return ref, time.perf_counter() - t0
+    out: dict[str, Any] = {"path": path, "handle": staging.handle(), "node_id": node_id()}
+    if path == "object_store":
+        import ray
+
+        out["ref"] = ray.put(staging.flat())
+    elif path != "shm":
+        raise ValueError(f"transfer() handles the CPU paths (shm, object_store), not {path!r}")
+    return out, time.perf_counter() - t0
 
 
-def receive(ref_or_payload: Any) -> tuple[bytes, float]:
-    """Stage 3 (receiver): resolve the payload; returns (bytes, seconds)."""
-    import ray
-
+def receive(transport: dict[str, Any], local: StagingBuffer | None = None) -> tuple[dict[str, Any], float]:
+    """Stage 3 (receiver): the handle of a staging buffer on this node holding the weights; returns
+    (handle, seconds). ``shm``: the sender's buffer as is; ``object_store``: the bytes resolved from
+    the object store (a zero-copy read of the local plasma copy) and copied into ``local``."""
     t0 = time.perf_counter()
-    data = ray.get(ref_or_payload) if isinstance(ref_or_payload, ray.ObjectRef) else ref_or_payload
-    return bytes(data), time.perf_counter() - t0
+    if transport["path"] == "object_store":
+        import ray
+
+        if local is None:
+            raise ValueError("the object-store path needs a local staging buffer to land in")
+        data = transport["ref"]
+        data = ray.get(data) if isinstance(data, ray.ObjectRef) else data
+        local.write_raw(transport["handle"], data)
+        return local.handle(), time.perf_counter() - t0
+    if transport["path"] == "nccl":
+        from trainer_ref import gpu_sync
+
+        return gpu_sync.receive_handle(transport), time.perf_counter() - t0
+    return dict(transport["handle"]), time.perf_counter() - t0
+
+
+LOAD_METHODS = {"shm": "rlobs_load_staged", "object_store": "rlobs_load_staged", "cuda_ipc": "rlobs_load_ipc",
+                "nccl": "rlobs_nccl_receive"}
+
+
+def handle_nbytes(handle: dict[str, Any]) -> int:
+    """Bytes of the tensors a handle describes."""
+    return int(sum(int(e[4]) for e in handle.get("entries") or ()))
+
+
+# ---- engine side (torch, inside the vLLM workers) ------------------------------------------------
+_MAPS: dict[tuple[str, int], Any] = {}
+
+
+def mapped(handle: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+    """Torch views (stage order) into the staging buffer named by ``handle``, mapped once per file
+    (``torch.from_file`` on the tmpfs file: shared pages, no copy), and the header as int64."""
+    import torch
+
+    key = (str(handle["path"]), int(handle["size"]))
+    buf = _MAPS.get(key)
+    if buf is None:
+        for k in [k for k in _MAPS if k[0] != key[0] and not os.path.exists(k[0])]:
+            _MAPS.pop(k)  # files the sender replaced
+        buf = _MAPS[key] = torch.from_file(key[0], shared=True, size=key[1], dtype=torch.uint8)
+    out = {}
+    for name, dtype, shape, off, nbytes in handle["entries"]:
+        out[str(name)] = buf[int(off):int(off) + int(nbytes)].view(getattr(torch, dtype)).view(*shape)
+    return out, buf[:16].view(torch.int64)
+
+
+def fused_views(views: dict[str, Any], layout: EngineLayout) -> dict[str, list[Any]]:
+    """{engine name: [its parts]} for the staged tensors (one part for tensors the engine does not fuse)."""
+    out = {k: [v] for k, v in views.items() if k not in layout.aliases}
+    for fused, group in layout.fusions(list(out)):
+        out[fused] = [out.pop(n)[0] for n in group]
+    return out
 
 
 @dataclass
@@ -318,6 +387,10 @@ class LoadResult:
     mismatched: list[str]
     mem_hwm_bytes: int
     sources: dict[str, str] = field(default_factory=dict)  # name -> param | consumed | freed
+    seq_before: int = 0
+    seq_after: int = 0
+    torn: bool = False
+    engine_s: float = 0.0  # reload_weights inside the worker
 
     @property
     def match(self) -> bool:
@@ -331,18 +404,25 @@ def engine_fingerprints(llm: Any, shapes: dict[str, list[int]] | None = None) ->
 
 
 def engine_layout_info(llm: Any) -> dict[str, Any]:
-    """How the engine holds the weights: {packed, aliases, params, architecture} (``rlobs_layout``)."""
-    return llm.collective_rpc("rlobs_layout")[0]
+    """How the engine holds the weights: {packed, aliases, params, architecture, device} (``rlobs_layout``)
+    and its number of workers."""
+    reps = llm.collective_rpc("rlobs_layout")
+    return {**reps[0], "workers": len(reps)}
 
 
-def load_into_engine(llm: Any, payload: bytes, expected: dict[str, str],
-                     shapes: dict[str, list[int]] | None = None) -> LoadResult:
-    """Stage 4: load weights in every worker and compare the engine fingerprints with ``expected``."""
+def load_into_engine(llm: Any, handle: dict[str, Any], expected: dict[str, str],
+                     shapes: dict[str, list[int]] | None = None, perturb: dict[str, float] | None = None,
+                     method: str = "rlobs_load_staged") -> LoadResult:
+    """Stage 4: every worker loads from the staged buffer (``handle``; for the GPU paths, their handles)
+    and reports its seqlock read; then the engine fingerprints are compared with ``expected``.
+    ``perturb``: {name: delta} added to those tensors as loaded (the fingerprint-mismatch fault)."""
     t0 = time.perf_counter()
-    rep = llm.collective_rpc("rlobs_load_weights", args=(payload,))[0]
+    rep = llm.collective_rpc(method, args=(handle, perturb or {}))[0]
     fps, src = engine_fingerprints(llm, shapes)
     mism = sorted(k for k in set(expected) | set(fps) if expected.get(k) != fps.get(k))
-    return LoadResult(time.perf_counter() - t0, int(rep["tensors"]), fps, mism, int(rep["max_rss_bytes"]), src)
+    return LoadResult(time.perf_counter() - t0, int(rep["tensors"]), fps, mism, int(rep["max_rss_bytes"]), src,
+                      int(rep.get("seq_before", 0)), int(rep.get("seq_after", 0)), bool(rep.get("torn", False)),
+                      float(rep.get("engine_s", 0.0)))
 
 
 def reset_cache(llm: Any) -> bool:

@@ -110,6 +110,7 @@ def gantt(df: pd.DataFrame, *, height_per_version: int = 22) -> alt.LayerChart:
     y = alt.Y("version:O", title="version", sort="ascending")
     tooltip = ["version", "boundary", "outcome", alt.Tooltip("start_ms:Q", format=".2f"),
                alt.Tooltip("duration_ms:Q", format=".3f")]
+    tooltip += [alt.Tooltip("path:N"), alt.Tooltip("mb_per_s:Q", format=".1f", title="MB/s")] if "path" in df else []
     bars = alt.Chart(df).mark_bar(height={"band": 0.7}).encode(
         x, x2, y, color=alt.Color("boundary:N", scale=BOUNDARY_COLORS, title=None, legend=LEGEND), tooltip=tooltip)
     failed = alt.Chart(df[df["outcome"] != "ok"]).mark_bar(height={"band": 0.9}, filled=False, stroke="#d62728",

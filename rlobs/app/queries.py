@@ -145,7 +145,8 @@ def sync_versions(rec: RunRecord) -> pd.DataFrame:
                max(CASE WHEN boundary = 'transfer' THEN bandwidth_bps END) / 1e6 AS transfer_mb_per_s,
                bool_and(fingerprint_match) AS fingerprint_match,
                bool_and(CASE WHEN boundary = 'cache_reset' THEN coalesce(reset_confirmed, false) END) AS cache_reset_confirmed,
-               bool_or(coalesce(torn, false)) AS torn
+               bool_or(coalesce(torn, false)) AS torn,
+               string_agg(DISTINCT path, ',' ORDER BY path) AS path
         FROM weight_sync WHERE version IS NOT NULL AND boundary IN ({", ".join(f"'{b}'" for b in BOUNDARIES)})
         GROUP BY version ORDER BY version""")
 
@@ -155,12 +156,12 @@ def sync_gantt(rec: RunRecord, versions: tuple[int, ...]) -> pd.DataFrame:
 
     Boundaries with ``start_ns`` are placed where they ran ("measured"); when a version lacks it, its
     boundaries are laid end to end in boundary order from their durations ("sequential")."""
-    cols = ["version", "boundary", "outcome", "start_ms", "duration_ms", "end_ms", "layout"]
+    cols = ["version", "boundary", "outcome", "start_ms", "duration_ms", "end_ms", "layout", "path", "mb_per_s"]
     if not versions:
         return pd.DataFrame(columns=cols)
     df = _df(rec, f"""
         SELECT version, boundary, coalesce(outcome, 'ok') AS outcome, start_ns, coalesce(duration_s, 0) * 1e3 AS duration_ms,
-               ts_ns FROM weight_sync
+               ts_ns, path, bandwidth_bps / 1e6 AS mb_per_s FROM weight_sync
         WHERE version IN ({", ".join(str(int(v)) for v in versions)}) AND boundary <> 'end_to_end'""")
     order = {b: i for i, b in enumerate(BOUNDARIES)}
     df["_o"] = df["boundary"].map(order).fillna(len(order))

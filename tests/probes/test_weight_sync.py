@@ -357,3 +357,37 @@ def test_engine_side_fingerprints_and_a_two_sided_transfer(live):
     rec = live.close_and_open()
     (start, dur), = rows(rec, "select start_ns, duration_s from weight_sync where boundary = 'transfer'")
     assert dur >= 0.25 and start <= time.time_ns() - 250_000_000
+
+
+def test_path_and_bandwidth_are_recorded_on_every_boundary_that_moves_bytes():
+    probe = WeightSyncProbe(required=())
+    with probe.sync(4) as s:
+        for name in ("dump", "staging", "transfer", "load"):
+            with s.boundary(name) as b:
+                time.sleep(0.01)
+                b.bytes, b.path = 1 << 20, "shm"
+        with s.cache_reset() as b:
+            b.path = "shm"
+            b.requested()
+            b.confirmed(True)
+    for name in ("dump", "staging", "transfer", "load"):
+        r = s.results[name]
+        assert r["path"] == "shm" and r["bandwidth_bps"] == pytest.approx((1 << 20) / r["duration_s"])
+    assert s.results["cache_reset"]["path"] == "shm" and "bandwidth_bps" not in s.results["cache_reset"]
+
+
+def test_staging_buffer_is_shared_memory_another_mapping_sees_without_a_copy():
+    from probes.staging import views
+
+    buf = StagingBuffer()
+    try:
+        buf.write({"a": np.arange(6, dtype=np.float32).reshape(2, 3), "b": np.ones(3, dtype=np.int64)}, version=7)
+        h = buf.handle()
+        assert h["path"].startswith("/dev/shm/") and h["version"] == 7 and h["seq"] == 2
+        v, seq = views(h)
+        assert np.array_equal(v["a"], np.arange(6).reshape(2, 3)) and seq() == 2
+        buf.write({"a": np.zeros((2, 3), dtype=np.float32), "b": np.ones(3, dtype=np.int64)}, version=8)
+        assert v["a"].sum() == 0 and seq() == 4  # the same pages: written in place, seen through the mapping
+        assert buf.read(copy=False).payload["a"].base is not None
+    finally:
+        buf.close()

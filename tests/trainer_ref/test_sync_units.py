@@ -37,26 +37,33 @@ def test_dump_fingerprints_engine_layout():
 
 
 def test_staging_detects_torn_reads_only_without_lock():
+    """The trainer's staging buffer is probes' one StagingBuffer (shared memory, seqlock)."""
+    import numpy as np
+
+    from probes.staging import StagingBuffer
+
+    assert weight_sync.StagingBuffer is StagingBuffer
     buf = weight_sync.StagingBuffer()
-    d = weight_sync.Dump(0, b"x" * (16 << 20), {"a": "1"}, ["a"])
-    buf.write(d)
+    state = {f"t{i}": np.full(1 << 18, float(i), dtype=np.float32) for i in range(8)}
+    buf.write(state)
     stop = threading.Event()
 
     def writer():
         while not stop.is_set():
-            buf.write(d)
+            buf.write(state)
 
     th = threading.Thread(target=writer)
     old = sys.getswitchinterval()
-    sys.setswitchinterval(1e-5)  # let the writer interleave with the reader's chunked copy
+    sys.setswitchinterval(1e-5)  # let the writer interleave with the reader
     th.start()
     try:
-        unlocked = [buf.read(locked=False).torn for _ in range(40)]
-        locked = [buf.read(locked=True) for _ in range(20)]
+        unlocked = [buf.read(use_lock=False).torn for _ in range(40)]
+        locked = [buf.read(use_lock=True) for _ in range(20)]
     finally:
         stop.set()
         th.join()
         sys.setswitchinterval(old)
+        buf.close()
     assert any(unlocked)
     assert not any(r.torn for r in locked) and all(r.seq_before % 2 == 0 for r in locked)
 

@@ -74,21 +74,36 @@ def test_interrupt_on_weight_update(stack, interrupt):
 
 def test_tampered_payload_is_caught_by_engine_fingerprints(stack):
     import ray
-    from safetensors.torch import load, save
 
-    from trainer_ref.weight_sync import receive
+    from trainer_ref.weight_sync import StagingBuffer, mapped, transfer
 
     actors, model_dir, _ = stack
     gen = actors["generator"]
     ray.get(actors["trainer"].reset.remote(model_dir))
     meta = _sync_meta(actors)
-    state = load(receive(meta["ref"][0])[0])
+    assert meta["path"] == "shm" and meta["ref"][0]["path"] == "shm"  # same node, CPU: shared memory
+    views, _ = mapped(meta["ref"][0]["handle"])  # the trainer's buffer, mapped here as the engine maps it
+    state = {k: v.clone() for k, v in views.items()}
+    orig = state["model.layers.1.mlp.down_proj.weight"][0, 0].item()
     state["model.layers.1.mlp.down_proj.weight"][0, 0] += 1.0
-    bad_ref = ray.put(save(state))
+    bad = StagingBuffer(prefix="rlobs-test-tampered")
+    bad.write(state, meta["version"])
     v = ray.get(gen.stats.remote())["version"]
-    rep = ray.get(gen.update_weights.remote([bad_ref], v + 1, meta["fingerprints"], meta["shapes"], "abort"))
+    rep = ray.get(gen.update_weights.remote([transfer(bad, "shm")[0]], v + 1, meta["fingerprints"], meta["shapes"], "abort"))
     assert rep["mismatched"] == ["model.layers.1.mlp.down_proj.weight"]
-    rep = ray.get(gen.update_weights.remote(meta["ref"], v + 2, meta["fingerprints"], meta["shapes"], "abort"))
-    assert rep["mismatched"] == [] and rep["tensors_present"] == len(state)
+    state["model.layers.1.mlp.down_proj.weight"][0, 0] = orig
+    bad.write(state, meta["version"])  # the same layout: written in place, the engine's mapping stays valid
+    rep = ray.get(gen.update_weights.remote([transfer(bad, "shm")[0]], v + 2, meta["fingerprints"], meta["shapes"], "abort"))
+    assert rep["mismatched"] == [] and rep["tensors_present"] == len(state) and rep["path"] == "shm"
     fps = ray.get(gen.engine_fingerprints.remote(meta["shapes"]))
     assert fps == meta["fingerprints"]
+    # the engine copied the weights out: rewriting the buffer it loaded from does not change what it serves
+    bad.write({k: v + 0.5 for k, v in state.items()}, meta["version"] + 1)
+    assert ray.get(gen.engine_fingerprints.remote(meta["shapes"])) == meta["fingerprints"]
+    # the cross-node fallback: the flat bytes through the object store into the generator's own buffer
+    obj = transfer(bad, "object_store")[0]
+    rep = ray.get(gen.update_weights.remote([obj], v + 3, meta["fingerprints"], meta["shapes"], "abort"))
+    assert rep["path"] == "object_store" and len(rep["mismatched"]) == len(meta["fingerprints"])
+    rep = ray.get(gen.update_weights.remote(meta["ref"], v + 4, meta["fingerprints"], meta["shapes"], "abort"))
+    assert rep["mismatched"] == []
+    bad.close()

@@ -1,8 +1,9 @@
 """Weight sync: a Gantt of the five boundaries of each version, and one sync in full.
 
 Bars come from ``weight_sync`` events (``start_ns`` and ``duration_s``; ``ts_ns - duration`` when a probe
-did not record the start). The drill-down shows bytes, bandwidth, fingerprints, the cache reset and
-in-flight requests of one version, boundary by boundary.
+did not record the start); each bar's tooltip and the versions table carry the path the sync took
+(shm | object_store | cuda_ipc | nccl). The drill-down shows path, bytes, bandwidth, fingerprints,
+the cache reset and in-flight requests of one version, boundary by boundary.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from rlobs.app.data import RunData
 from rlobs.textsafe import md
 
 GANTT_VERSIONS = 40
-DETAIL_COLUMNS = ["boundary", "outcome", "duration_s", "bytes", "bandwidth_bps", "retries", "tensors_expected",
+DETAIL_COLUMNS = ["boundary", "outcome", "path", "duration_s", "bytes", "bandwidth_bps", "retries", "tensors_expected",
                   "tensors_present", "missing_tensors", "fingerprint", "fingerprint_match", "mismatched_tensors",
                   "lock_wait_s", "lock_hold_s", "seq_before", "seq_after", "torn", "mem_hwm_bytes", "reset_requested",
                   "reset_confirmed", "inflight_aborted", "inflight_resumed", "error", "component", "step"]
@@ -52,6 +53,9 @@ def render(run: RunData) -> None:
         st.altair_chart(charts.gantt(bars), width="stretch")
         if (bars["layout"] == "sequential").any():
             st.caption("Versions without boundary start times (start_ns) are laid out end to end in boundary order.")
+        paths = versions["path"].dropna().value_counts() if "path" in versions else []
+        if len(paths):
+            st.caption("Path taken: " + ", ".join(f"{md(str(p))} ({n} versions)" for p, n in paths.items()))
         if len(versions) > len(shown):
             st.caption(f"Gantt shows {len(shown)} of {len(versions)} versions in range: every failed one, then the latest.")
     st.subheader("Versions")

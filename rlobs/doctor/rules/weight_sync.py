@@ -1,4 +1,8 @@
-"""Weight-sync rules, walking the five boundaries in order: dump, staging, transfer, load, cache reset."""
+"""Weight-sync rules, walking the five boundaries in order: dump, staging, transfer, load, cache reset.
+
+Every boundary event may carry the ``path`` the sync took (shm | object_store | cuda_ipc | nccl); the
+findings name it, since a torn read on a shared-memory buffer, a slow object-store fallback and a
+mismatch after a CUDA IPC load point at different code."""
 
 from __future__ import annotations
 
@@ -35,6 +39,10 @@ def _step_of_version(ctx: RunContext, version: int) -> int | None:
     first = ctx.memo("weight_sync_first_step", lambda: {int(v): int(s) for v, s in ctx.rows(
         "SELECT version, min(step) FROM weight_sync WHERE step IS NOT NULL AND version IS NOT NULL GROUP BY version")})
     return first.get(int(version))
+
+
+def _on_path(p: Any) -> str:
+    return f" on path {p}" if p else ""
 
 
 def _span(ctx: RunContext, rows: list[tuple]) -> tuple[int | None, int | None]:
@@ -80,16 +88,20 @@ def torn_read(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Boundary 2: the staging buffer's sequence number changed during a read (writer raced the reader)."""
     if (miss := _needs_sync(ctx, "staging")) is not None:
         return miss
-    rows = ctx.rows("SELECT version, seq_before, seq_after, lock_wait_s FROM weight_sync WHERE boundary = 'staging' "
-                    f"AND (torn OR outcome = 'torn'){ctx.step_filter()} ORDER BY version")
+    # the trainer's read at staging, or the engine's own read of the shared buffer during its load
+    rows = ctx.rows("SELECT version, seq_before, seq_after, lock_wait_s, boundary, path FROM weight_sync "
+                    "WHERE boundary IN ('staging', 'load') "
+                    f"AND (torn OR outcome = 'torn'){ctx.step_filter()} ORDER BY version, boundary DESC")
     if not rows:
         return []
     first, last = _span(ctx, rows)
     return [Finding(
         rule="weight-sync-torn-read", severity=Severity.CRITICAL,
-        title=f"staging buffer read torn for {len(rows)} version(s), first v{rows[0][0]}",
+        title=f"staging buffer read torn for {len({r[0] for r in rows})} version(s), first v{rows[0][0]}"
+              f"{_on_path(rows[0][5])}",
         first_step=first, last_step=last,
-        evidence=[Evidence("weight_sync[staging].seq_before/after", f"{rows[0][1]} -> {rows[0][2]}", "equal, even")],
+        evidence=[Evidence(f"weight_sync[{rows[0][4]}].seq_before/after", f"{rows[0][1]} -> {rows[0][2]}", "equal, even",
+                           note=f"path {rows[0][5]}" if rows[0][5] else "")],
         root_cause="the trainer wrote the next version into the staging buffer while the generator was reading "
                    "it: the lock is not held across the whole read, or a second writer bypasses it",
         confidence=0.9,
@@ -108,11 +120,11 @@ def slow(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     if (miss := _needs_sync(ctx)) is not None:
         return miss
     boundary = "transfer"
-    rows = ctx.rows("SELECT version, duration_s, bandwidth_bps, bytes FROM weight_sync WHERE boundary = 'transfer' "
+    rows = ctx.rows("SELECT version, duration_s, bandwidth_bps, bytes, path FROM weight_sync WHERE boundary = 'transfer' "
                     f"AND duration_s IS NOT NULL{ctx.step_filter()} ORDER BY version")
     n_base = int(th["baseline_syncs"])
     if len(rows) <= n_base:  # imported logs often have only the end-to-end sync time: judge that instead
-        e2e = ctx.rows("SELECT version, duration_s, NULL, NULL FROM weight_sync WHERE boundary = 'end_to_end' "
+        e2e = ctx.rows("SELECT version, duration_s, NULL, NULL, path FROM weight_sync WHERE boundary = 'end_to_end' "
                        f"AND duration_s IS NOT NULL{ctx.step_filter()} ORDER BY version")
         if len(e2e) > n_base:
             rows, boundary = e2e, "end_to_end"
@@ -128,17 +140,20 @@ def slow(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         return []
     first, last = _span(ctx, bad)
     worst = max(bad, key=lambda r: r[1])
+    base_paths = sorted({str(r[4]) for r in rows[:n_base] if r[4]})
     ev = [Evidence(f"weight_sync[{boundary}].duration_s", round(worst[1], 4), round(limit, 4),
-                   note=f"baseline median {base:.4f} s over the first {n_base} syncs")]
+                   note=f"baseline median {base:.4f} s over the first {n_base} syncs"
+                        + (f" (path {', '.join(base_paths)})" if base_paths else ""))]
     if worst[2]:
         ev.append(Evidence("weight_sync[transfer].bandwidth_bps", round(worst[2]), None))
     return [Finding(
         rule="weight-sync-slow", severity=Severity.WARNING,
-        title=f"weight {'transfer' if boundary == 'transfer' else 'sync'} took {worst[1]:.3g} s at v{worst[0]} "
-              f"({worst[1] / max(base, 1e-9):.0f}x baseline); "
+        title=f"weight {'transfer' if boundary == 'transfer' else 'sync'} took {worst[1]:.3g} s at v{worst[0]}"
+              f"{_on_path(worst[4])} ({worst[1] / max(base, 1e-9):.0f}x baseline); "
               f"{len(bad)} slow sync(s)",
         first_step=first, last_step=last, evidence=ev,
-        root_cause="the transfer path degraded: object-store spilling, a congested or fallback network path, "
+        root_cause="the transfer path degraded: object-store spilling, a congested or fallback network path "
+                   "(a same-node shm sync falling back to the object store shows as a path change), "
                    "or a retrying transport",
         confidence=0.7,
         remediation=["check transfer retries and the object store's spill stats (ray memory)",
@@ -153,7 +168,7 @@ def fingerprint_mismatch(ctx: RunContext, th: Mapping[str, float]) -> RuleResult
     """Boundary 4: per-tensor fingerprints after load differ from those at dump."""
     if (miss := _needs_sync(ctx, "load")) is not None:
         return miss
-    rows = ctx.rows("SELECT version, mismatched_tensors, tensors_expected, tensors_present FROM weight_sync "
+    rows = ctx.rows("SELECT version, mismatched_tensors, tensors_expected, tensors_present, path FROM weight_sync "
                     f"WHERE boundary = 'load' AND (fingerprint_match = false OR outcome = 'mismatch')"
                     f"{ctx.step_filter()} ORDER BY version")
     if not rows:
@@ -162,7 +177,8 @@ def fingerprint_mismatch(ctx: RunContext, th: Mapping[str, float]) -> RuleResult
     names = json_list(rows[0][1])
     return [Finding(
         rule="weight-sync-fingerprint-mismatch", severity=Severity.CRITICAL,
-        title=f"engine weights differ from the trainer's after load for {len(rows)} version(s), first v{rows[0][0]}",
+        title=f"engine weights differ from the trainer's after load for {len(rows)} version(s), first v{rows[0][0]}"
+              f"{_on_path(rows[0][4])}",
         first_step=first, last_step=last,
         evidence=[Evidence("weight_sync[load].fingerprint_match", "false", "true",
                            note=f"{len(names)} tensors differ, e.g. {', '.join(map(str, names[:4]))}" if names else "")],
