@@ -6,7 +6,10 @@ Everything here is plain numpy + the standard library (``import rlobs`` stays fr
   the last ``window`` *positive, finite* values (a step without gradient, norm <= ``floor``, is not a
   baseline: zero never becomes the denominator); the noise is the run's own robust scale,
   1.4826 x MAD of the logs, floored at ``min_sigma`` so a constant series does not make a 1 % wiggle a
-  spike. A spike needs robust z > ``threshold`` AND an effect of at least ``min_ratio`` x the baseline
+  spike. The noise estimate is shrunk towards a prior (``prior_sigma`` on the log scale, worth ``prior_n``
+  steps): sigma^2 = (n mad_sigma^2 + prior_n prior_sigma^2) / (n + prior_n), so five or ten quiet steps do
+  not make a 3.7-sigma draw of healthy noise a spike; with a full window the run's own noise dominates.
+  A spike needs robust z > ``threshold`` AND an effect of at least ``min_ratio`` x the baseline
   (a log-scale test is multiplicative: z alone flags tiny absolute jumps on a very quiet series). It
   needs ``warmup`` baseline values first. Every positive finite value joins the window (a lasting level
   shift stops firing after about window/2 steps); NaN/Inf and zeros never do.
@@ -35,7 +38,8 @@ MAD_TO_SIGMA = 1.4826
 NO_GRADIENT = 1e-8  # a grad norm at or below this is a step without gradient, never a baseline value
 
 # the one spike-detector setting (live probe, doctor, app, alert all read it)
-SPIKE: dict[str, float] = {"window": 50, "warmup": 5, "threshold": 6.0, "min_sigma": 0.15, "min_ratio": 3.0}
+SPIKE: dict[str, float] = {"window": 50, "warmup": 5, "threshold": 6.0, "min_sigma": 0.05, "min_ratio": 3.0,
+                           "prior_sigma": 0.5, "prior_n": 10}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,7 +69,8 @@ class SpikeDetector:
 
     def __init__(self, *, window: int = int(SPIKE["window"]), warmup: int = int(SPIKE["warmup"]),
                  threshold: float = SPIKE["threshold"], min_sigma: float = SPIKE["min_sigma"],
-                 min_ratio: float = SPIKE["min_ratio"], floor: float = NO_GRADIENT):
+                 min_ratio: float = SPIKE["min_ratio"], prior_sigma: float = SPIKE["prior_sigma"],
+                 prior_n: float = SPIKE["prior_n"], floor: float = NO_GRADIENT):
         if warmup < 3 or window < warmup:
             raise ValueError(f"need 3 <= warmup <= window, got warmup={warmup}, window={window}")
         self.window = int(window)
@@ -73,6 +78,8 @@ class SpikeDetector:
         self.threshold = float(threshold)
         self.min_sigma = float(min_sigma)
         self.min_ratio = float(min_ratio)
+        self.prior_sigma = float(prior_sigma)
+        self.prior_n = float(prior_n)
         self.floor = float(floor)
         self._values: deque[float] = deque(maxlen=self.window)
         self.seen = 0
@@ -86,7 +93,9 @@ class SpikeDetector:
                               else value / med, None, n, False)
         logs = np.fromiter(self._values, dtype=np.float64, count=n)
         med = float(np.median(logs))
-        sigma = max(MAD_TO_SIGMA * float(np.median(np.abs(logs - med))), self.min_sigma)
+        mad_sigma = MAD_TO_SIGMA * float(np.median(np.abs(logs - med)))
+        sigma = max(math.sqrt((n * mad_sigma ** 2 + self.prior_n * self.prior_sigma ** 2) / (n + self.prior_n)),
+                    self.min_sigma)
         lv = math.log(value)
         z = (lv - med) / sigma
         ratio = math.exp(lv - med)
@@ -125,12 +134,14 @@ class SpikeDetector:
 
     def params(self) -> dict[str, float]:
         return {"window": self.window, "warmup": self.warmup, "threshold": self.threshold,
-                "min_sigma": self.min_sigma, "min_ratio": self.min_ratio}
+                "min_sigma": self.min_sigma, "min_ratio": self.min_ratio, "prior_sigma": self.prior_sigma,
+                "prior_n": self.prior_n}
 
 
 def spikes(values: Iterable[float], **params: float) -> list[SpikeScore]:
     """The online detector run over a whole series (one score per value, in order)."""
-    det = SpikeDetector(**{k: (int(v) if k in ("window", "warmup") else float(v)) for k, v in params.items()})
+    det = SpikeDetector(**{k: (int(v) if k in ("window", "warmup") else float(v)) for k, v in params.items()
+                           if k in SPIKE})
     return [det.push(float(v) if v is not None else math.nan) for v in values]
 
 
