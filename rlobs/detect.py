@@ -28,9 +28,10 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
-from typing import Any, Iterable, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -13,7 +13,14 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 import rlobs
-from rlobs.detect import SPIKE, SpikeDetector, level_shift, share_exceeds, spikes, wilson
+from rlobs.detect import (
+    SPIKE,
+    SpikeDetector,
+    level_shift,
+    share_exceeds,
+    spikes,
+    wilson,
+)
 from rlobs.doctor import Severity, diagnose
 from rlobs.schema import KINDS
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from rlobs.detect import SPIKE as SPIKE_DEFAULTS
 from rlobs.detect import SpikeScore
@@ -113,7 +113,7 @@ def impact(ctx: RunContext, step: int, th: Mapping[str, float]) -> list[Evidence
     return out
 
 
-def spike_scores(ctx: RunContext, th: Mapping[str, float] | None = None) -> list[tuple[int, "SpikeScore"]]:
+def spike_scores(ctx: RunContext, th: Mapping[str, float] | None = None) -> list[tuple[int, SpikeScore]]:
     """(step, score) of the one spike detector (``rlobs.detect``) over the run's per-step grad norm: the
     live probe's decision for a single-rank run, step for step (several ranks: the max norm per step)."""
     from rlobs.detect import SPIKE, spikes
