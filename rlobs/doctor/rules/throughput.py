@@ -9,46 +9,120 @@ from rlobs.doctor.context import RunContext
 from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
 
 
+STAGES = ("grading", "generation", "weight sync", "admission")
+
+
+def _stage_times(ctx: RunContext) -> dict[str, dict[int, float]]:
+    """Per upstream stage, seconds (or drops, for admission) per trainer step, from whatever the record has:
+    grading: train_step.reward_wait_s (the trainer's own wait for rewards), else phase('grading') seconds,
+    else grader_call latency; generation: phase('generation') seconds, else rollout gen_seconds; weight
+    sync: weight_sync end_to_end durations, else phase('sync'); admission: samples dropped at admission
+    (stale, TTL) per step. Events without a step are placed on the step running when they happened."""
+    starts = ctx.step_starts()
+
+    def per_step(sql_kind: str, value: str, where: str = "true") -> dict[int, float]:
+        if not ctx.count(sql_kind):
+            return {}
+        rows = ctx.rows(
+            f"SELECT coalesce(e.step, s.step) st, sum({value}) FROM {sql_kind} e ASOF LEFT JOIN {starts} s "
+            f"ON e.ts_ns >= s.ts_ns WHERE {where} GROUP BY st HAVING st IS NOT NULL")
+        return {int(a): float(b) for a, b in rows if b is not None}
+
+    out: dict[str, dict[int, float]] = {}
+    rw = {int(a): float(b) for a, b in ctx.rows("SELECT step, max(reward_wait_s) FROM train_step WHERE step IS "
+                                                "NOT NULL AND reward_wait_s IS NOT NULL GROUP BY step")}
+    out["grading"] = rw or per_step("phase", "seconds", "phase = 'grading'") or per_step("grader_call", "latency_s")
+    out["generation"] = per_step("phase", "seconds", "phase = 'generation'") or per_step("rollout", "gen_seconds")
+    out["weight sync"] = (per_step("weight_sync", "duration_s", "boundary = 'end_to_end'")
+                          or per_step("phase", "seconds", "phase = 'sync'"))
+    out["admission"] = per_step("ledger", "1", "state = 'dropped'")
+    return {k: v for k, v in out.items() if v}
+
+
 @rule("trainer-starved", concern="throughput", title="Trainer waits for data far longer than its baseline",
       needs=("train_step",),
-      thresholds={"ratio": 3.0, "min_seconds": 0.5, "baseline_steps": 3, "min_steps": 2, "gap_steps": 1})
+      thresholds={"ratio": 3.0, "min_seconds": 0.1, "z": 4.0, "share": 0.5, "baseline_steps": 3, "min_steps": 2,
+                  "gap_steps": 1})
 def starved(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
-    """Per-step data wait > ``ratio`` x the median wait of the first ``baseline_steps`` steps (after the
-    first), above ``min_seconds``, on at least ``min_steps`` steps no more than ``gap_steps`` apart: a
-    pipelined trainer gets its data in bursts (a starved one waits long every other step, then finds the
-    next batch ready), while one long wait alone is not starvation."""
-    rows = [(int(s), float(w), float(r or 0.0), float(t or 0.0)) for s, w, r, t in ctx.rows(
-        "SELECT step, max(data_wait_s), max(reward_wait_s), max(step_seconds) FROM train_step "
+    """The trainer's data wait dominates its step and departs from its own baseline: per step, wait >
+    ``ratio`` x the median wait of the first ``baseline_steps`` steps (after the first), more than
+    max(``min_seconds``, ``z`` x that baseline's robust sigma) above it, and more than ``share`` of wait +
+    optimiser step; on at least ``min_steps`` steps no more than ``gap_steps`` apart (a pipelined trainer
+    gets its data in bursts; one long wait alone is not starvation). Then it names the upstream stage the
+    trainer waits for: the one whose per-step time grew most between the baseline and the starved steps
+    (grading, generation, weight sync; admission when samples are dropped instead), with its growth and
+    share of the extra wait as evidence. Works on step-level phase timings alone (no per-call events)."""
+    from rlobs.detect import robust_baseline
+
+    rows = [(int(s), float(w), float(t or 0.0)) for s, w, t in ctx.rows(
+        "SELECT step, max(data_wait_s), max(step_seconds) FROM train_step "
         f"WHERE step IS NOT NULL AND data_wait_s IS NOT NULL{ctx.step_filter()} GROUP BY step ORDER BY step")]
     n_base = int(th["baseline_steps"])
     if len(rows) <= n_base + 1:
         return Insufficient(f"{len(rows)} steps with data_wait_s; a baseline needs more than {n_base + 1}")
-    base = statistics.median(w for _, w, _, _ in rows[1:n_base + 1])
-    limit = max(th["ratio"] * base, th["min_seconds"] + base)
-    hot = [s for s, w, _, _ in rows[n_base + 1:] if w > limit]
+    base_rows = rows[1:n_base + 1]
+    base, sigma, _ = robust_baseline([w for _, w, _ in base_rows])
+    limit = max(th["ratio"] * base, base + max(th["min_seconds"], th["z"] * sigma))
+
+    def dominates(w: float, t: float) -> bool:
+        return t <= 0 or w > th["share"] * (w + t)
+
+    hot = [s for s, w, t in rows[n_base + 1:] if w > limit and dominates(w, t)]
     runs = _clusters(hot, int(th["min_steps"]), int(th["gap_steps"]))
     if not runs:
         return []
     first, last = runs[0][0], runs[-1][1]
-    in_run = [r for r in rows if first <= r[0] <= last and r[0] in hot]
-    wait = sum(r[1] for r in in_run)
-    reward_wait = sum(r[2] for r in in_run)
-    by_graders = wait > 0 and reward_wait / wait > 0.5
-    worst = max(in_run, key=lambda r: r[1])
+    hot_steps = [s for s in hot if first <= s <= last]
+    by_step = {s: (w, t) for s, w, t in rows}
+    worst = max(hot_steps, key=lambda s: by_step[s][0])
+    hot_wait = statistics.median(by_step[s][0] for s in hot_steps)
+    extra = max(hot_wait - base, 1e-9)
+    # which upstream stage grew by as much as the wait did
+    growth: list[tuple[float, str, float, float]] = []
+    for stage, per in _stage_times(ctx).items():
+        b = [per.get(s, 0.0) for s, _, _ in base_rows]
+        h = [per.get(s, 0.0) for s in hot_steps]
+        before, after = statistics.median(b), statistics.median(h)
+        if stage == "admission":  # drops, not seconds: counts when samples are thrown away faster than before
+            if after > max(2 * before, before + 2):
+                growth.append((0.5 * extra, stage, before, after))
+            continue
+        growth.append((after - before, stage, before, after))
+    growth.sort(reverse=True)
+    stage = growth[0] if growth and growth[0][0] > 0.25 * extra else None
+    ev = [Evidence("train_step.data_wait_s", round(by_step[worst][0], 4), round(limit, 4), (first, last),
+                   f"median {hot_wait:.3g} s vs baseline {base:.3g} s ({hot_wait / max(base, 1e-9):.3g}x); optimiser "
+                   f"step {by_step[worst][1]:.3g} s")]
+    if stage is not None:
+        unit = "drops/step" if stage[1] == "admission" else "s/step"
+        ev.append(Evidence(f"upstream stage: {stage[1]}", round(stage[3], 4), round(stage[2], 4), (first, last),
+                           f"{stage[2]:.3g} -> {stage[3]:.3g} {unit}"
+                           + ("" if stage[1] == "admission" else f" (explains {min(stage[0] / extra, 1):.0%} "
+                                                                 "of the extra wait)")))
+    causes = {"grading": "grading holds the trainer: rewards arrive late (slow or saturated graders)",
+              "generation": "generation holds the trainer: the generator produces consumable samples slower than "
+                            "the trainer consumes them",
+              "weight sync": "weight sync holds the trainer: the generator waits for new weights before it "
+                             "produces again",
+              "admission": "admission control holds the trainer: samples are dropped (stale / TTL) instead of "
+                           "consumed, so batches fill slowly"}
+    named = stage[1] if stage is not None else None
     return [Finding(
         rule="trainer-starved", severity=Severity.WARNING,
-        title=f"trainer waited {worst[1]:.3g} s for data at step {worst[0]} (baseline {base:.3g} s); "
-              f"starved over steps {first}-{last}",
-        first_step=first, last_step=last,
-        evidence=[Evidence("train_step.data_wait_s", round(worst[1], 4), round(limit, 4), (first, last)),
-                  Evidence("share of that wait spent on graders", round(reward_wait / wait, 3) if wait else 0.0)],
-        root_cause=("graders are the bottleneck: rewards arrive late" if by_graders else
-                    "the generator is the bottleneck: it produces consumable samples slower than the trainer "
-                    "consumes them (slow generation, sync bubbles, or samples dropped as stale)"),
-        confidence=0.6,
-        remediation=["compare effective generator throughput with trainer throughput (dashboard: staleness & "
-                     "throughput)", "add generator replicas or move to separate_async with a deeper queue",
-                     "rlobs doctor RUN --rule grader-slow --rule weight-sync-slow"],
+        title=f"trainer waited {by_step[worst][0]:.3g} s for data at step {worst} (baseline {base:.3g} s); starved "
+              f"over steps {first}-{last}" + (f", waiting for {named}" if named else ""),
+        first_step=first, last_step=last, evidence=ev,
+        root_cause=causes[named] if named else "the trainer waits for data but no upstream stage in the record "
+                   "grew with the wait (record phase timings: probes.phase / train_step.reward_wait_s)",
+        confidence=0.7 if named else 0.5,
+        remediation={"grading": ["rlobs doctor RUN --rule grader-slow --rule grader-timeouts",
+                                 "add grader workers or batch grader calls; set a grader timeout"],
+                     "weight sync": ["rlobs doctor RUN --rule weight-sync-slow",
+                                     "overlap the weight transfer with generation (async sync)"],
+                     "admission": ["rlobs doctor RUN --rule selection-bias --rule staleness-over-bound",
+                                   "raise max_staleness or the queue capacity"]}.get(
+            named or "", ["compare effective generator throughput with trainer throughput (dashboard: staleness & "
+                          "throughput)", "add generator replicas or move to separate_async with a deeper queue"]),
     )]
 
 
