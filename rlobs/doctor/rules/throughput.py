@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import statistics
 from typing import Mapping
 
@@ -41,47 +42,59 @@ def _stage_times(ctx: RunContext) -> dict[str, dict[int, float]]:
 
 @rule("trainer-starved", concern="throughput", title="Trainer waits for data far longer than its baseline",
       needs=("train_step",),
-      thresholds={"ratio": 3.0, "min_seconds": 0.1, "z": 4.0, "share": 0.5, "baseline_steps": 3, "min_steps": 2,
-                  "gap_steps": 1})
+      thresholds={"ratio": 3.0, "min_seconds": 0.1, "share": 0.5, "window": 4, "baseline_steps": 4, "min_steps": 2,
+                  "explained": 0.5, "step_growth": 2.0})
 def starved(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
-    """The trainer's data wait dominates its step and departs from its own baseline: per step, wait >
-    ``ratio`` x the median wait of the first ``baseline_steps`` steps (after the first), more than
-    max(``min_seconds``, ``z`` x that baseline's robust sigma) above it, and more than ``share`` of wait +
-    optimiser step; on at least ``min_steps`` steps no more than ``gap_steps`` apart (a pipelined trainer
-    gets its data in bursts; one long wait alone is not starvation). Then it names the upstream stage the
-    trainer waits for: the one whose per-step time grew most between the baseline and the starved steps
-    (grading, generation, weight sync; admission when samples are dropped instead), with its growth and
-    share of the extra wait as evidence. Works on step-level phase timings alone (no per-call events)."""
-    from rlobs.detect import robust_baseline
-
+    """The trainer's data wait dominates its step and grew against its own compute: over a trailing window
+    of ``window`` steps (a pipelined trainer gets its data in bursts), mean wait / mean optimiser step >
+    ``ratio`` x the same ratio over the first ``baseline_steps`` steps (after the first), the mean wait more
+    than ``min_seconds`` above the baseline's, the wait more than ``share`` of wait + step, and the window's
+    median wait also above the baseline (one long stall is not starvation); on ``min_steps`` windows. A
+    machine-wide slowdown scales wait and step together and does not count; an upstream stage that falls
+    behind grows the wait alone. Then it names the upstream stage the trainer waits for: the one whose
+    per-step time grew most between the baseline and the starved steps (grading, generation, weight sync;
+    admission when samples are dropped instead), with its growth and share of the extra wait as evidence.
+    Works on step-level phase timings alone (no per-call events). Severity: warning when a stage explains
+    at least ``explained`` of the extra wait; info when none does, or when the optimiser step itself grew
+    ``step_growth``-fold over the same steps (the whole machine slowed down: nothing upstream to fix)."""
     rows = [(int(s), float(w), float(t or 0.0)) for s, w, t in ctx.rows(
         "SELECT step, max(data_wait_s), max(step_seconds) FROM train_step "
         f"WHERE step IS NOT NULL AND data_wait_s IS NOT NULL{ctx.step_filter()} GROUP BY step ORDER BY step")]
-    n_base = int(th["baseline_steps"])
-    if len(rows) <= n_base + 1:
-        return Insufficient(f"{len(rows)} steps with data_wait_s; a baseline needs more than {n_base + 1}")
+    n_base, win = int(th["baseline_steps"]), int(th["window"])
+    if len(rows) <= n_base + 2:
+        return Insufficient(f"{len(rows)} steps with data_wait_s; a baseline needs more than {n_base + 2}")
     base_rows = rows[1:n_base + 1]
-    base, sigma, _ = robust_baseline([w for _, w, _ in base_rows])
-    limit = max(th["ratio"] * base, base + max(th["min_seconds"], th["z"] * sigma))
-
-    def dominates(w: float, t: float) -> bool:
-        return t <= 0 or w > th["share"] * (w + t)
-
-    hot = [s for s, w, t in rows[n_base + 1:] if w > limit and dominates(w, t)]
-    runs = _clusters(hot, int(th["min_steps"]), int(th["gap_steps"]))
-    if not runs:
+    base = statistics.fmean(w for _, w, _ in base_rows)
+    base_step = statistics.fmean(t for _, _, t in base_rows)
+    base_ratio = base / base_step if base_step > 0 else math.inf
+    hot_windows: list[int] = []
+    hot_steps: set[int] = set()
+    for i in range(n_base + 1, len(rows)):
+        seg = rows[max(n_base + 1, i - win + 1):i + 1]
+        w = statistics.fmean(r[1] for r in seg)
+        t = statistics.fmean(r[2] for r in seg)
+        med = statistics.median(r[1] for r in seg)
+        grew = (w / t > th["ratio"] * base_ratio) if t > 0 and math.isfinite(base_ratio) else w > th["ratio"] * base
+        if (grew and w - base > th["min_seconds"] and w > th["share"] * (w + t)
+                and med > base + 0.5 * th["min_seconds"]):
+            hot_windows.append(rows[i][0])
+            hot_steps.update(r[0] for r in seg if r[1] > base + 0.5 * th["min_seconds"])
+    if len(hot_windows) < int(th["min_steps"]):
         return []
-    first, last = runs[0][0], runs[-1][1]
-    hot_steps = [s for s in hot if first <= s <= last]
+    hot = sorted(hot_steps)
+    first, last = hot[0], max(hot_windows)
     by_step = {s: (w, t) for s, w, t in rows}
-    worst = max(hot_steps, key=lambda s: by_step[s][0])
-    hot_wait = statistics.median(by_step[s][0] for s in hot_steps)
+    hot_steps_l = [s for s in hot if first <= s <= last]
+    worst = max(hot_steps_l, key=lambda s: by_step[s][0])
+    hot_wait = statistics.fmean(by_step[s][0] for s in hot_steps_l)
+    hot_step = statistics.fmean(by_step[s][1] for s in hot_steps_l)
     extra = max(hot_wait - base, 1e-9)
+    limit = th["ratio"] * base_ratio * hot_step if math.isfinite(base_ratio) else th["ratio"] * base
     # which upstream stage grew by as much as the wait did
     growth: list[tuple[float, str, float, float]] = []
     for stage, per in _stage_times(ctx).items():
         b = [per.get(s, 0.0) for s, _, _ in base_rows]
-        h = [per.get(s, 0.0) for s in hot_steps]
+        h = [per.get(s, 0.0) for s in hot_steps_l]
         before, after = statistics.median(b), statistics.median(h)
         if stage == "admission":  # drops, not seconds: counts when samples are thrown away faster than before
             if after > max(2 * before, before + 2):
@@ -90,9 +103,10 @@ def starved(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         growth.append((after - before, stage, before, after))
     growth.sort(reverse=True)
     stage = growth[0] if growth and growth[0][0] > 0.25 * extra else None
-    ev = [Evidence("train_step.data_wait_s", round(by_step[worst][0], 4), round(limit, 4), (first, last),
-                   f"median {hot_wait:.3g} s vs baseline {base:.3g} s ({hot_wait / max(base, 1e-9):.3g}x); optimiser "
-                   f"step {by_step[worst][1]:.3g} s")]
+    ev = [Evidence("train_step.data_wait_s", round(hot_wait, 4), round(limit, 4), (first, last),
+                   f"mean {hot_wait:.3g} s vs baseline {base:.3g} s ({hot_wait / max(base, 1e-9):.3g}x) against an "
+                   f"optimiser step of {hot_step:.3g} s (baseline {base_step:.3g} s); worst {by_step[worst][0]:.3g} s "
+                   f"at step {worst}")]
     if stage is not None:
         unit = "drops/step" if stage[1] == "admission" else "s/step"
         ev.append(Evidence(f"upstream stage: {stage[1]}", round(stage[3], 4), round(stage[2], 4), (first, last),
@@ -106,9 +120,17 @@ def starved(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                              "produces again",
               "admission": "admission control holds the trainer: samples are dropped (stale / TTL) instead of "
                            "consumed, so batches fill slowly"}
-    named = stage[1] if stage is not None else None
+    named = stage[1] if stage is not None and stage[0] >= th["explained"] * extra else None
+    slowed = hot_step / base_step if base_step > 0 else 1.0
+    machine_wide = slowed >= th["step_growth"]
+    if machine_wide:
+        ev.append(Evidence("train_step.step_seconds growth", round(slowed, 3), th["step_growth"], (first, last),
+                           "the optimiser step slowed too: a machine-wide slowdown (CPU/GPU contention), "
+                           "not one upstream stage"))
+    # actionable only when a stage explains the wait and the trainer itself did not slow down with it
+    severity = Severity.WARNING if named and not machine_wide else Severity.INFO
     return [Finding(
-        rule="trainer-starved", severity=Severity.WARNING,
+        rule="trainer-starved", severity=severity,
         title=f"trainer waited {by_step[worst][0]:.3g} s for data at step {worst} (baseline {base:.3g} s); starved "
               f"over steps {first}-{last}" + (f", waiting for {named}" if named else ""),
         first_step=first, last_step=last, evidence=ev,
