@@ -42,13 +42,14 @@ def _stage_times(ctx: RunContext) -> dict[str, dict[int, float]]:
 
 @rule("trainer-starved", concern="throughput", title="Trainer waits for data far longer than its baseline",
       needs=("train_step",),
-      thresholds={"ratio": 3.0, "min_seconds": 0.1, "share": 0.5, "window": 4, "baseline_steps": 4, "min_steps": 2,
+      thresholds={"ratio": 3.0, "min_seconds": 0.1, "share": 0.0, "window": 4, "baseline_steps": 4, "min_steps": 2,
                   "explained": 0.5, "step_growth": 2.0})
 def starved(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """The trainer's data wait dominates its step and grew against its own compute: over a trailing window
     of ``window`` steps (a pipelined trainer gets its data in bursts), mean wait / mean optimiser step >
     ``ratio`` x the same ratio over the first ``baseline_steps`` steps (after the first), the mean wait more
-    than ``min_seconds`` above the baseline's, the wait more than ``share`` of wait + step, and the window's
+    than ``min_seconds`` above the baseline's, the wait more than ``share`` of wait + step (off by default:
+    frameworks disagree on what their step time includes), and the window's
     median wait also above the baseline (one long stall is not starvation); on ``min_steps`` windows. A
     machine-wide slowdown scales wait and step together and does not count; an upstream stage that falls
     behind grows the wait alone. Then it names the upstream stage the trainer waits for: the one whose
@@ -78,10 +79,12 @@ def starved(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         if (grew and w - base > th["min_seconds"] and w > th["share"] * (w + t)
                 and med > base + 0.5 * th["min_seconds"]):
             hot_windows.append(rows[i][0])
-            hot_steps.update(r[0] for r in seg if r[1] > base + 0.5 * th["min_seconds"])
+            hot_steps.update(r[0] for r in seg if r[1] - base > th["min_seconds"] and (
+                r[1] > th["ratio"] * base_ratio * r[2] if r[2] > 0 and math.isfinite(base_ratio)
+                else r[1] > th["ratio"] * base))
     if len(hot_windows) < int(th["min_steps"]):
         return []
-    hot = sorted(hot_steps)
+    hot = sorted(hot_steps) or hot_windows
     first, last = hot[0], max(hot_windows)
     by_step = {s: (w, t) for s, w, t in rows}
     hot_steps_l = [s for s in hot if first <= s <= last]
@@ -92,7 +95,8 @@ def starved(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     limit = th["ratio"] * base_ratio * hot_step if math.isfinite(base_ratio) else th["ratio"] * base
     # which upstream stage grew by as much as the wait did
     growth: list[tuple[float, str, float, float]] = []
-    for stage, per in _stage_times(ctx).items():
+    stage_data = _stage_times(ctx)
+    for stage, per in stage_data.items():
         b = [per.get(s, 0.0) for s, _, _ in base_rows]
         h = [per.get(s, 0.0) for s in hot_steps_l]
         before, after = statistics.median(b), statistics.median(h)
@@ -127,8 +131,9 @@ def starved(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         ev.append(Evidence("train_step.step_seconds growth", round(slowed, 3), th["step_growth"], (first, last),
                            "the optimiser step slowed too: a machine-wide slowdown (CPU/GPU contention), "
                            "not one upstream stage"))
-    # actionable only when a stage explains the wait and the trainer itself did not slow down with it
-    severity = Severity.WARNING if named and not machine_wide else Severity.INFO
+    # actionable when a stage explains the wait (or the record has no stage timings to ask: record them), and
+    # the trainer itself did not slow down with it; info when the stages the record has do not explain it
+    severity = Severity.WARNING if (named or not stage_data) and not machine_wide else Severity.INFO
     return [Finding(
         rule="trainer-starved", severity=severity,
         title=f"trainer waited {by_step[worst][0]:.3g} s for data at step {worst} (baseline {base:.3g} s); starved "
