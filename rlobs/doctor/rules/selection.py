@@ -9,15 +9,6 @@ from rlobs.doctor.context import RunContext
 from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
 
 
-def _stats(xs: list[float]) -> tuple[float, float, int]:
-    n = len(xs)
-    if not n:
-        return math.nan, math.nan, 0
-    m = sum(xs) / n
-    var = sum((x - m) ** 2 for x in xs) / (n - 1) if n > 1 else 0.0
-    return m, var, n
-
-
 def _z(a: tuple[float, float, int], b: tuple[float, float, int], floor: float) -> float:
     """Welch z of mean(a) - mean(b), the standard error floored (two constant samples are not infinite evidence)."""
     se = math.sqrt(a[1] / max(a[2], 1) + b[1] / max(b[2], 1))
@@ -47,31 +38,40 @@ def selection_bias(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     join_g = ("LEFT JOIN (SELECT sample_id, avg(reward) rw FROM grader_call WHERE reward IS NOT NULL "
               "GROUP BY sample_id) g USING (sample_id)") if has_grade else ""
     rw = "g.rw" if has_grade else "NULL"
-    rows = ctx.rows(
-        f"SELECT l.state, coalesce(l.reason, '?'), {tok}, {rw} FROM (SELECT sample_id, state, "
+    if not ctx.scalar(f"SELECT count(*) FROM ledger WHERE state = 'dropped'{ctx.step_filter()}"):
+        return []  # nothing dropped: nothing selected (and no join over millions of consumed samples)
+    # one row per (state, reason): count, and mean / variance / n of the length and the reward, in DuckDB
+    agg = ctx.rows(
+        f"SELECT l.state, coalesce(l.reason, '?'), count(*), avg({tok}), coalesce(var_samp({tok}), 0), "
+        f"count({tok}), avg({rw}), coalesce(var_samp({rw}), 0), count({rw}) FROM (SELECT sample_id, state, "
         "any_value(reason) reason, max(tokens) tokens FROM ledger WHERE state IN ('consumed', 'dropped') "
-        f"AND sample_id IS NOT NULL{ctx.step_filter()} GROUP BY sample_id, state) l {join_r} {join_g}")
-    consumed = [(t, r) for st, _, t, r in rows if st == "consumed"]
-    dropped: dict[str, list[tuple[float | None, float | None]]] = {}
-    for st, reason, t, r in rows:
-        if st == "dropped":
-            dropped.setdefault(reason, []).append((t, r))
-    if not dropped:
-        return []
-    c_len = _stats([float(t) for t, _ in consumed if t is not None])
-    c_rew = _stats([float(r) for _, r in consumed if r is not None])
+        f"AND sample_id IS NOT NULL{ctx.step_filter()} GROUP BY sample_id, state) l {join_r} {join_g} GROUP BY ALL")
+    n_consumed = sum(int(r[2]) for r in agg if r[0] == "consumed")
+    dropped = {r[1]: r for r in agg if r[0] == "dropped"}
+    cons = [r for r in agg if r[0] == "consumed"]
+
+    def pooled(rs: list, m: int, v: int, c: int) -> tuple[float, float, int]:
+        n = sum(int(r[c]) for r in rs)
+        if not n:
+            return math.nan, math.nan, 0
+        mean = sum(float(r[m] or 0) * int(r[c]) for r in rs) / n
+        ss = sum((int(r[c]) - 1) * float(r[v] or 0) + int(r[c]) * (float(r[m] or 0) - mean) ** 2 for r in rs if r[c])
+        return mean, ss / max(n - 1, 1), n
+
+    c_len = pooled(cons, 3, 4, 5)
+    c_rew = pooled(cons, 6, 7, 8)
     if c_len[2] == 0 and c_rew[2] == 0:
         return Insufficient("dropped samples but no token count or reward for the consumed ones (ledger tokens / "
                             "rollout completion_tokens / grader_call reward)")
-    total = len(consumed) + sum(len(v) for v in dropped.values())
+    total = n_consumed + sum(int(r[2]) for r in dropped.values())
     hits = []
-    for reason, items in sorted(dropped.items()):
-        n = len(items)
+    for reason, r in sorted(dropped.items()):
+        n = int(r[2])
         lo, _ = wilson(n, total)
         if n < th["min_samples"] or lo < th["min_drop_share"]:
             continue
-        d_len = _stats([float(t) for t, _ in items if t is not None])
-        d_rew = _stats([float(r) for _, r in items if r is not None])
+        d_len = pooled([r], 3, 4, 5)
+        d_rew = pooled([r], 6, 7, 8)
         ev = []
         if d_len[2] >= th["min_samples"] and c_len[2] and c_len[0] > 0 and d_len[0] > 0:
             ratio = d_len[0] / c_len[0]
