@@ -2,6 +2,7 @@
 
     python -m bench.doctor_calib run --split calib   [--piece 1/3] [--limit N]   # record runs (resumable)
     python -m bench.doctor_calib run --split heldout [--piece 2/3]
+    python -m bench.doctor_calib run --split main                                  # `make main`, 5 seeds
     python -m bench.doctor_calib score                                             # calibrate + tables
     python -m bench.doctor_calib all                                               # the full grid, one command
 
@@ -64,15 +65,24 @@ KNOBS = {
 }
 
 
+# `make main` (Makefile): tiny-packed, separate_async, lr 3e-4, 30 steps, 8 groups x 8, default max_tokens
+MAIN = dict(model="tiny-packed", groups_per_step=8, group_size=8, lr=3e-4, eval_every=10, progress=False,
+            mode="separate_async")
+
+
 def plan(split: str) -> list[dict[str, Any]]:
     """Every run of one split: {name, fault, seed, steps, onset, magnitude, level, mode, shape}."""
     runs: list[dict[str, Any]] = []
+    if split == "main":  # held out too: `make main` with 5 seeds (its own actors: another model and batch)
+        return [{"name": f"healthy-main-s{seed}", "fault": "", "seed": seed, "steps": 30, "onset": None,
+                 "magnitude": 0.0, "level": "", "mode": "separate_async", "shape": {}, "settings": "main"}
+                for seed in range(5)]
     if split == "calib":
         seeds, lengths, onsets = range(100, 112), (10, 20, 40, 60), (5,)
     elif split == "heldout":
         seeds, lengths, onsets = range(200, 230), (12, 30, 50, 100, 200), (4, 8)
     else:
-        raise ValueError(f"split {split!r}: calib | heldout")
+        raise ValueError(f"split {split!r}: calib | heldout | main")
     for i, seed in enumerate(seeds):
         mode = MODES[i % 3]
         steps = lengths[i % len(lengths)]
@@ -99,7 +109,8 @@ def run_spec(stack: Stack, root: Path, spec: dict[str, Any]) -> dict[str, Any]:
 
     run_dir = root / spec["name"]
     shutil.rmtree(run_dir, ignore_errors=True)
-    base = {**SMALL, "mode": spec["mode"], **{k: v for k, v in spec["shape"].items() if v}}
+    base = {**(MAIN if spec.get("settings") == "main" else SMALL), "mode": spec["mode"],
+            **{k: v for k, v in spec["shape"].items() if v}}
     fault, onset, steps = spec["fault"], spec["onset"] or 0, spec["steps"]
     t0 = time.time()
     extra = {"fault": fault, "fault_onset": onset, "fault_magnitude": spec["magnitude"]} if fault else {}
@@ -143,7 +154,7 @@ def record(split: str, piece: str | None, limit: int | None, root: Path) -> int:
           flush=True)
     if not todo:
         return 0
-    stack = Stack(root)
+    stack = Stack(root, MAIN if split == "main" else None)
     try:
         for spec in todo:
             row = dict(spec)
@@ -304,7 +315,7 @@ def md_curves(c: dict[str, list[dict[str, Any]]]) -> str:
 def score(root: Path, out: Path, budget: int) -> int:
     chosen, log = calibrate(root, budget)
     calib = score_split("calib", root, chosen)
-    held = score_split("heldout", root, chosen)
+    held = score_split("heldout", root, chosen) + score_split("main", root, chosen)
     res = {"budget_healthy_runs_alarmed": budget, "chosen": chosen, "calibration_log": log,
            "calib": {"summary": summary(calib), "curves": curves(calib), "runs": calib},
            "heldout": {"summary": summary(held), "curves": curves(held), "runs": held}}
@@ -327,7 +338,7 @@ def score(root: Path, out: Path, budget: int) -> int:
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("what", choices=("run", "score", "all", "plan"))
-    p.add_argument("--split", default="calib", choices=("calib", "heldout"))
+    p.add_argument("--split", default="calib", choices=("calib", "heldout", "main"))
     p.add_argument("--piece", default=None, help="K/N: every N-th run starting at K (run the grid in pieces)")
     p.add_argument("--limit", type=int, default=None, help="at most this many new runs")
     p.add_argument("--root", default=str(ROOT))
@@ -336,13 +347,13 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     root = Path(a.root)
     if a.what == "plan":
-        for split in ("calib", "heldout"):
+        for split in ("calib", "heldout", "main"):
             runs = plan(split)
             print(split, len(runs), "runs,", sum(r["steps"] for r in runs), "steps,",
                   sum(1 for r in runs if not r["fault"]), "healthy")
         return 0
     if a.what in ("run", "all"):
-        for split in ((a.split,) if a.what == "run" else ("calib", "heldout")):
+        for split in ((a.split,) if a.what == "run" else ("calib", "heldout", "main")):
             record(split, a.piece, a.limit, root)
     if a.what in ("score", "all"):
         return score(root, Path(a.out), a.budget)

@@ -165,3 +165,38 @@ def test_every_rule_on_all_zero_and_constant_series(tmp_path: Path, const: float
         for e in f.evidence:
             assert not (isinstance(e.observed, float) and not math.isfinite(e.observed)), (f.rule, e)
         assert "inf" not in f.title.lower().replace("info", ""), f.title
+
+
+def _spike_run(run: Path, after: str) -> Path:
+    """30 steps of noisy grad norms (clipped at 1.0), a 50x spike at step 20, then: nothing (the run keeps its
+    trend), a loss level shift, a NaN loss, or an entropy collapse; ``unclipped``: no clipping at all."""
+    rng = random.Random(1)
+    rec = rlobs.init(run, component="trainer", prometheus=False, set_global=False, flush_interval=3600)
+    for step in range(30):
+        g = 2.0 * math.exp(rng.gauss(0, 0.2)) * (50 if step == 20 else 1)
+        loss = 0.5 + rng.gauss(0, 0.02) + (3.0 if after == "loss" and step > 20 else 0.0)
+        if after == "nan" and step == 21:
+            loss = float("nan")
+        entropy = 1.0 + rng.gauss(0, 0.02) if not (after == "entropy" and step > 20) else 0.05
+        clip = after != "unclipped"
+        rec.emit("train_step", step=step, grad_norm=g, loss=loss, entropy=entropy, reward_mean=0.3 + rng.gauss(0, 0.02),
+                 clipped=(g > 1.0) if clip else None, grad_norm_clipped=min(g, 1.0) if clip else None)
+    assert rec.flush(10.0)
+    rec.close()
+    return run
+
+
+@pytest.mark.parametrize(("after", "severity", "evidence"), [
+    ("nothing", Severity.INFO, None), ("unclipped", Severity.WARNING, None),
+    ("loss", Severity.CRITICAL, "train_step.loss"), ("nan", Severity.CRITICAL, "train_step.loss / grad_norm"),
+    ("entropy", Severity.CRITICAL, "train_step.entropy")])
+def test_spike_severity_comes_from_what_happened_next(tmp_path: Path, after, severity, evidence):
+    with rlobs.open_run(_spike_run(tmp_path / after, after)) as record:
+        report = diagnose(record, rule_ids=["grad-norm-spike"])
+    (f,) = report.findings
+    assert f.first_step == 20 and f.severity == severity, (f.severity, f.title, f.evidence)
+    if evidence:
+        assert any(e.metric == evidence for e in f.evidence), f.evidence
+    else:
+        assert "kept its trend" in f.title
+    assert "x its rolling median" in f.evidence[0].note and "sigma" in f.evidence[0].note  # effect + noise
