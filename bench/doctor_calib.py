@@ -61,7 +61,8 @@ CONFIG_FINDINGS = ("selection-bias",)
 KNOBS = {
     "spike z": ("grad-norm-spike", "threshold", (4.0, 5.0, 6.0, 7.0, 8.0)),
     "zero-std min_share": ("advantage-zero-std-groups", "min_share", (0.5, 0.6, 0.7, 0.8)),
-    "starved ratio": ("trainer-starved", "ratio", (2.0, 3.0, 4.0, 6.0)),
+    "starved persistence": ("trainer-starved", "min_steps", (2, 3, 4, 6)),
+    "starved ratio": ("trainer-starved", "ratio", (3.0, 4.0, 6.0, 8.0)),
 }
 
 
@@ -172,13 +173,14 @@ def record(split: str, piece: str | None, limit: int | None, root: Path) -> int:
 
 
 # ---------- scoring ----------
-def diagnose_one(run_dir: Path, overrides: dict[str, dict[str, float]]) -> list[tuple[str, int, int | None, str]]:
+def diagnose_one(run_dir: Path, overrides: dict[str, dict[str, float]],
+                 rule_ids: list[str] | None = None) -> list[tuple[str, int, int | None, str]]:
     """(rule, severity, first step, title) of every finding."""
     import rlobs
     from rlobs.doctor import diagnose
 
     with rlobs.open_run(run_dir) as rec:
-        rep = diagnose(rec, thresholds=overrides)
+        rep = diagnose(rec, thresholds=overrides, rule_ids=rule_ids)
     return [(f.rule, int(f.severity), f.first_step, f.title) for f in rep.findings]
 
 
@@ -259,7 +261,8 @@ def curves(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
 
 
 def calibrate(root: Path, budget: int) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
-    """Pick each knob's most sensitive candidate within the false-alarm budget on calibration healthy runs."""
+    """Pick each knob's most sensitive candidate within the false-alarm budget on calibration healthy runs,
+    knob after knob (a knob is judged with the values already chosen for the knobs before it)."""
     specs = _done(root / "calib.jsonl")
     healthy = [s for s in specs.values() if not s["fault"] and not s.get("error") and (root / "calib" / s["name"]).is_dir()]
     chosen: dict[str, dict[str, float]] = {}
@@ -267,8 +270,8 @@ def calibrate(root: Path, budget: int) -> tuple[dict[str, dict[str, float]], lis
     for knob, (rule, name, candidates) in KNOBS.items():
         pick = None
         for value in candidates:
-            ov = {rule: {name: value}}
-            alarms = sum(any(r == rule and s >= 2 for r, s, _, _ in diagnose_one(root / "calib" / h["name"], ov))
+            ov = {**chosen, rule: {**chosen.get(rule, {}), name: value}}
+            alarms = sum(any(r == rule and s >= 2 for r, s, _, _ in diagnose_one(root / "calib" / h["name"], ov, [rule]))
                          for h in healthy)
             log.append({"knob": knob, "rule": rule, "threshold": name, "value": value,
                         "healthy_runs_alarmed": alarms, "healthy_runs": len(healthy)})

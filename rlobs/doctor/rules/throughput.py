@@ -13,37 +13,41 @@ from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Seve
 STAGES = ("grading", "generation", "weight sync", "admission")
 
 
-def _stage_times(ctx: RunContext) -> dict[str, dict[int, float]]:
-    """Per upstream stage, seconds (or drops, for admission) per trainer step, from whatever the record has:
-    grading: train_step.reward_wait_s (the trainer's own wait for rewards), else phase('grading') seconds,
-    else grader_call latency; generation: phase('generation') seconds, else rollout gen_seconds; weight
-    sync: weight_sync end_to_end durations, else phase('sync'); admission: samples dropped at admission
-    (stale, TTL) per step. Events without a step are placed on the step running when they happened."""
+def _stage_times(ctx: RunContext) -> dict[str, tuple[str, dict[int, float]]]:
+    """Per upstream stage: (unit, value per trainer step), from whatever the record has. grading: the
+    trainer's own wait for rewards (train_step.reward_wait_s), else phase('grading') seconds, else grader_call
+    latency; generation: mean rollout latency (gen_seconds: it includes an engine that stalls), else
+    phase('generation') seconds; weight sync: weight_sync end_to_end durations, else phase('sync');
+    admission: samples dropped (stale, TTL) per step. A source that is all zero is skipped (trainer_ref's
+    async modes log reward_wait_s = 0). Events without a step go to the step running when they happened."""
     starts = ctx.step_starts()
 
-    def per_step(sql_kind: str, value: str, where: str = "true") -> dict[int, float]:
-        if not ctx.count(sql_kind):
+    def per_step(kind: str, value: str, where: str = "true", agg: str = "sum") -> dict[int, float]:
+        if not ctx.count(kind):
             return {}
         rows = ctx.rows(
-            f"SELECT coalesce(e.step, s.step) st, sum({value}) FROM {sql_kind} e ASOF LEFT JOIN {starts} s "
+            f"SELECT coalesce(e.step, s.step) st, {agg}({value}) FROM {kind} e ASOF LEFT JOIN {starts} s "
             f"ON e.ts_ns >= s.ts_ns WHERE {where} GROUP BY st HAVING st IS NOT NULL")
-        return {int(a): float(b) for a, b in rows if b is not None}
+        out = {int(a): float(b) for a, b in rows if b is not None}
+        return out if any(v > 0 for v in out.values()) else {}
 
-    out: dict[str, dict[int, float]] = {}
     rw = {int(a): float(b) for a, b in ctx.rows("SELECT step, max(reward_wait_s) FROM train_step WHERE step IS "
                                                 "NOT NULL AND reward_wait_s IS NOT NULL GROUP BY step")}
-    out["grading"] = rw or per_step("phase", "seconds", "phase = 'grading'") or per_step("grader_call", "latency_s")
-    out["generation"] = per_step("phase", "seconds", "phase = 'generation'") or per_step("rollout", "gen_seconds")
-    out["weight sync"] = (per_step("weight_sync", "duration_s", "boundary = 'end_to_end'")
-                          or per_step("phase", "seconds", "phase = 'sync'"))
-    out["admission"] = per_step("ledger", "1", "state = 'dropped'")
-    return {k: v for k, v in out.items() if v}
+    rw = rw if any(v > 0 for v in rw.values()) else {}
+    out = {"grading": ("s/step", rw or per_step("phase", "seconds", "phase = 'grading'")
+                       or per_step("grader_call", "latency_s")),
+           "generation": ("s/sample", per_step("rollout", "gen_seconds", "gen_seconds IS NOT NULL", "avg"))
+           if ctx.count("rollout") else ("s/step", per_step("phase", "seconds", "phase = 'generation'")),
+           "weight sync": ("s/step", per_step("weight_sync", "duration_s", "boundary = 'end_to_end'")
+                           or per_step("phase", "seconds", "phase = 'sync'")),
+           "admission": ("drops/step", per_step("ledger", "1", "state = 'dropped'"))}
+    return {k: v for k, v in out.items() if v[1]}
 
 
 @rule("trainer-starved", concern="throughput", title="Trainer waits for data far longer than its baseline",
       needs=("train_step",),
       thresholds={"ratio": 3.0, "min_seconds": 0.1, "share": 0.0, "window": 4, "baseline_steps": 4, "min_steps": 2,
-                  "explained": 0.5, "step_growth": 2.0})
+                  "stage_growth": 2.0, "step_growth": 2.0})
 def starved(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """The trainer's data wait dominates its step and grew against its own compute: over a trailing window
     of ``window`` steps (a pipelined trainer gets its data in bursts), mean wait / mean optimiser step >
@@ -53,10 +57,10 @@ def starved(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     median wait also above the baseline (one long stall is not starvation); on ``min_steps`` windows. A
     machine-wide slowdown scales wait and step together and does not count; an upstream stage that falls
     behind grows the wait alone. Then it names the upstream stage the trainer waits for: the one whose
-    per-step time grew most between the baseline and the starved steps (grading, generation, weight sync;
-    admission when samples are dropped instead), with its growth and share of the extra wait as evidence.
-    Works on step-level phase timings alone (no per-call events). Severity: warning when a stage explains
-    at least ``explained`` of the extra wait; info when none does, or when the optimiser step itself grew
+    per-step time grew most (>= ``stage_growth``-fold) between the baseline and the starved steps (grading,
+    generation, weight sync; admission when samples are dropped instead), with that growth as evidence.
+    Works on step-level phase timings alone (no per-call events). Severity: warning when a stage is named;
+    info when none grew, or when the optimiser step itself grew
     ``step_growth``-fold over the same steps (the whole machine slowed down: nothing upstream to fix)."""
     rows = [(int(s), float(w), float(t or 0.0)) for s, w, t in ctx.rows(
         "SELECT step, max(data_wait_s), max(step_seconds) FROM train_step "
@@ -93,30 +97,31 @@ def starved(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     hot_step = statistics.fmean(by_step[s][1] for s in hot_steps_l)
     extra = max(hot_wait - base, 1e-9)
     limit = th["ratio"] * base_ratio * hot_step if math.isfinite(base_ratio) else th["ratio"] * base
-    # which upstream stage grew by as much as the wait did
-    growth: list[tuple[float, str, float, float]] = []
+    # which upstream stage grew with the wait: the largest growth factor (means over the baseline and the
+    # starved steps: phase events arrive in lumps), at least ``stage_growth``-fold, and for a stage measured
+    # in seconds per step also a real share of the extra wait
+    growth: list[tuple[float, str, float, float, str]] = []
     stage_data = _stage_times(ctx)
-    for stage, per in stage_data.items():
-        b = [per.get(s, 0.0) for s, _, _ in base_rows]
-        h = [per.get(s, 0.0) for s in hot_steps_l]
-        before, after = statistics.median(b), statistics.median(h)
-        if stage == "admission":  # drops, not seconds: counts when samples are thrown away faster than before
-            if after > max(2 * before, before + 2):
-                growth.append((0.5 * extra, stage, before, after))
+    for name, (unit, per) in stage_data.items():
+        before = statistics.fmean(per.get(s, 0.0) for s, _, _ in base_rows)
+        after = statistics.fmean(per.get(s, 0.0) for s in hot_steps_l)
+        floor = 1.0 if unit == "drops/step" else 0.01
+        factor = after / max(before, floor)
+        if factor < th["stage_growth"] or (unit == "s/step" and after - before < 0.25 * extra):
             continue
-        growth.append((after - before, stage, before, after))
+        growth.append((factor, name, before, after, unit))
     growth.sort(reverse=True)
-    stage = growth[0] if growth and growth[0][0] > 0.25 * extra else None
+    stage = growth[0] if growth else None
     ev = [Evidence("train_step.data_wait_s", round(hot_wait, 4), round(limit, 4), (first, last),
                    f"mean {hot_wait:.3g} s vs baseline {base:.3g} s ({hot_wait / max(base, 1e-9):.3g}x) against an "
                    f"optimiser step of {hot_step:.3g} s (baseline {base_step:.3g} s); worst {by_step[worst][0]:.3g} s "
                    f"at step {worst}")]
     if stage is not None:
-        unit = "drops/step" if stage[1] == "admission" else "s/step"
-        ev.append(Evidence(f"upstream stage: {stage[1]}", round(stage[3], 4), round(stage[2], 4), (first, last),
-                           f"{stage[2]:.3g} -> {stage[3]:.3g} {unit}"
-                           + ("" if stage[1] == "admission" else f" (explains {min(stage[0] / extra, 1):.0%} "
-                                                                 "of the extra wait)")))
+        factor, sname, before, after, unit = stage
+        ev.append(Evidence(f"upstream stage: {sname}", round(after, 4), round(before, 4), (first, last),
+                           f"{before:.3g} -> {after:.3g} {unit} ({factor:.3g}x)"
+                           + (f", {min((after - before) / extra, 1):.0%} of the extra wait" if unit == "s/step"
+                              else "")))
     causes = {"grading": "grading holds the trainer: rewards arrive late (slow or saturated graders)",
               "generation": "generation holds the trainer: the generator produces consumable samples slower than "
                             "the trainer consumes them",
@@ -124,7 +129,7 @@ def starved(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                              "produces again",
               "admission": "admission control holds the trainer: samples are dropped (stale / TTL) instead of "
                            "consumed, so batches fill slowly"}
-    named = stage[1] if stage is not None and stage[0] >= th["explained"] * extra else None
+    named = stage[1] if stage is not None else None
     slowed = hot_step / base_step if base_step > 0 else 1.0
     machine_wide = slowed >= th["step_growth"]
     if machine_wide:
