@@ -94,14 +94,16 @@ def selection_bias(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         return []
     reason, n, lo, ev = max(hits, key=lambda h: h[1])
     share = n / total
-    evidence = [Evidence(f"ledger dropped ({reason}) / terminal samples", round(share, 4), th["min_drop_share"], None,
-                         f"{n} of {total} (95% CI from {lo:.2f})")] + [e for h in hits for e in h[3]]
     first, last = ctx.rows("SELECT min(step), max(step) FROM ledger WHERE state = 'dropped' AND "
                            "coalesce(reason, '?') = ?", [reason])[0]
+    span = None if first is None else (int(first), int(last))
+    evidence = [Evidence(f"ledger dropped ({reason}) / terminal samples", round(share, 4), th["min_drop_share"], span,
+                         f"{n} of {total} (95% CI from {lo:.2f})")] + [e for h in hits for e in h[3]]
     return [Finding(
         rule="selection-bias", severity=Severity.WARNING,
         title=f"admission drops are biased: {n} of {total} samples dropped as {reason}; {ev[0].note.split(', Welch')[0]}",
-        first_step=None if first is None else int(first), last_step=None if last is None else int(last),
+        # a property of the whole run, not an event: no onset, so an acute fault's finding ranks before it
+        first_step=None, last_step=None,
         evidence=evidence,
         root_cause=f"samples dropped as '{reason}' are systematically different from the consumed ones (long "
                    "completions finish late and go stale first), so the trainer learns from a reshaped batch, "
