@@ -80,7 +80,7 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("no-gradient", "warning", None),
     _f("advantage-denominator-collapse", "critical", "1m", thresholds={"max_abs_advantage": 10.0}),
     _f("advantage-rank-disagreement", "critical", "0m"),
-    _f("advantage-zero-std-groups", "warning", "5m", thresholds={"ratio": 0.75, "min_share": 0.5}),
+    _f("advantage-zero-std-groups", "warning", "5m", thresholds={"ratio": 0.75, "min_share": 0.6}),
     _f("entropy-collapse", "warning", None),
     _f("response-length-clipped", "warning", None),
     # graders and throughput
@@ -89,7 +89,7 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("grader-backlog", "warning", "1m", rule=False, alert_thresholds={"ratio": 0.5, "min_seconds": 2.0}),
     _f("grader-hung", "critical", "2m"),
     _f("grading-dominates-step", "warning", None),
-    _f("trainer-starved", "warning", "5m", alert_thresholds={"wait_share": 0.7, "vs_baseline": 1.5},
+    _f("trainer-starved", "warning", "5m", thresholds={"ratio": 4.0, "min_steps": 2}, alert_thresholds={"wait_share": 0.7, "vs_baseline": 1.5},
        metrics=("rlobs_trainer_reward_wait_seconds_total", "rlobs_phase_seconds_total")),
     _f("trainer-idle", "warning", None),
     # train / serve parity

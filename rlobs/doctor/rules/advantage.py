@@ -23,11 +23,11 @@ def _per_step(ctx: RunContext, expr: str) -> list[tuple[int, float]]:
 
 
 @rule("advantage-zero-std-groups", concern="advantage", title="Most GRPO groups carry no signal (zero reward std)",
-      needs=("advantage",), thresholds={"ratio": 0.75, "min_steps": 2, "min_share": 0.5})
+      needs=("advantage",), thresholds={"ratio": 0.75, "min_steps": 2, "min_share": 0.6})
 def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Share of groups whose rewards are all equal >= ``ratio`` for ``min_steps`` consecutive steps, and the
-    pooled share over those steps judged against its sample size: its Wilson 95 % lower bound must clear
-    ``min_share`` ("6 of 8 groups over 2 steps" has a lower bound of 0.41: not evidence of anything
+    pooled share over those steps judged against its sample size: its Wilson lower bound (95 %, widened for
+    the number of steps looked at) must clear ``min_share`` ("6 of 8 groups over 2 steps" has a 95 % lower bound of 0.41: not evidence of anything
     systemic; 30 of 40 has 0.6). Those groups have zero advantage, so their tokens are generated, graded and
     trained on for nothing. Without group counts in the record the per-step shares alone decide."""
     from rlobs.detect import wilson
@@ -40,6 +40,9 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     if not rows:
         return Insufficient("advantage events carry no zero_std_ratio")
     counts = {s: (float(k), float(n)) for s, _, k, n in rows if k is not None and n}
+    # every step could start a run of high shares: the interval is widened for that many looks (Bonferroni),
+    # so a 100-step run with a base rate of 50 % zero-std groups does not find a 6-step streak by chance
+    conf = 1 - 0.05 / max(1, len(rows))
     hot = [s for s, v, _, _ in rows if v >= th["ratio"]]
     kept: list[tuple[int, int, float, tuple[float, float], int, int]] = []  # first, last, share, ci, k, n
     for a, b in runs_of(hot, int(th["min_steps"])):
@@ -47,7 +50,7 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         if all(s in counts for s in steps):
             k = sum(counts[s][0] for s in steps)
             n = sum(counts[s][1] for s in steps)
-            ci = wilson(k, n)
+            ci = wilson(k, n, conf)
             if ci[0] < th["min_share"]:
                 continue  # too few groups to call it systemic
             kept.append((a, b, k / n, ci, int(k), int(n)))
@@ -63,8 +66,9 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     ev = [Evidence("advantage.zero_std_ratio", round(worst, 4), th["ratio"], (first, last),
                    f"{sum(b - a + 1 for a, b, *_ in kept)} steps at or above the threshold")]
     if n:
-        lo, hi = wilson(k, n)
-        ev.append(Evidence("zero-std groups / groups", f"{k}/{n} = {k / n:.2f} (95% CI {lo:.2f}-{hi:.2f})",
+        lo, hi = wilson(k, n, conf)
+        ev.append(Evidence("zero-std groups / groups", f"{k}/{n} = {k / n:.2f} ({conf:.2%} CI {lo:.2f}-{hi:.2f}, "
+                           f"corrected for {len(rows)} steps)",
                            th["min_share"], (first, last), "pooled over those steps; lower bound vs min_share"))
     return [Finding(
         rule="advantage-zero-std-groups", severity=Severity.WARNING,
