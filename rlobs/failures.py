@@ -19,8 +19,9 @@ critical finding and its own alert.
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from rlobs.detect import SPIKE
 
@@ -135,7 +136,7 @@ def _runbook_text(fid: str) -> str | None:
 def panels(fid: str) -> list[tuple[str, str]]:
     """(board, panel) pairs the failure's runbook opens first."""
     text = _runbook_text(fid) or ""
-    m = re.search(r"^## Panels to open\n(.*?)(?=^## )", text, flags=re.S | re.M)
+    m = re.search(r"^## Panels to open\n(.*?)(?=^## )", text, flags=re.DOTALL | re.MULTILINE)
     return _PANEL.findall(m.group(1)) if m else []
 
 

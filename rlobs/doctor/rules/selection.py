@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from rlobs.doctor.context import RunContext
-from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
+from rlobs.doctor.model import (
+    Evidence,
+    Finding,
+    Insufficient,
+    RuleResult,
+    Severity,
+    rule,
+)
 
 
 def _z(a: tuple[float, float, int], b: tuple[float, float, int], floor: float) -> float:

@@ -4,11 +4,17 @@ from __future__ import annotations
 
 import math
 import statistics
-from typing import Mapping
+from collections.abc import Mapping
 
 from rlobs.doctor.context import RunContext
-from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
-
+from rlobs.doctor.model import (
+    Evidence,
+    Finding,
+    Insufficient,
+    RuleResult,
+    Severity,
+    rule,
+)
 
 STAGES = ("grading", "generation", "weight sync", "admission")
 
