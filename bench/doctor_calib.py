@@ -224,6 +224,20 @@ def judge(spec: dict[str, Any], findings: list[tuple[str, int, int | None, str]]
     return out
 
 
+def collapsed(run_dir: Path) -> float | None:
+    """Ground truth that needs no doctor: the policy's entropy over the last 5 steps as a share of the first 5
+    (a run without an injected fault whose entropy fell below 10 % of its start degenerated on its own: high
+    lr / long runs; the doctor's findings there are true, not false alarms)."""
+    import rlobs
+
+    with rlobs.open_run(run_dir) as rec:
+        ent = [e for (e,) in rec.sql("SELECT avg(entropy) FROM train_step WHERE step IS NOT NULL AND "
+                                     "isfinite(entropy) GROUP BY step ORDER BY step").fetchall() if e is not None]
+    if len(ent) < 10 or sum(ent[:5]) <= 0:
+        return None
+    return sum(ent[-5:]) / sum(ent[:5])
+
+
 def score_split(split: str, root: Path, overrides: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
     rows = []
     for name, spec in sorted(_done(root / f"{split}.jsonl").items()):
@@ -231,7 +245,12 @@ def score_split(split: str, root: Path, overrides: dict[str, dict[str, float]]) 
             rows.append({**spec, "scored": False})
             continue
         try:
-            rows.append({**spec, **judge(spec, diagnose_one(root / split / name, overrides)), "scored": True})
+            row = {**spec, **judge(spec, diagnose_one(root / split / name, overrides)), "scored": True}
+            if not spec["fault"]:
+                share = collapsed(root / split / name)
+                row["entropy_end_share"] = share
+                row["degenerated"] = share is not None and share < 0.1
+            rows.append(row)
         except Exception as e:  # noqa: BLE001 - an unreadable record is reported, not fatal
             rows.append({**spec, "scored": False, "error": f"{type(e).__name__}: {e}"})
     return rows
@@ -239,13 +258,14 @@ def score_split(split: str, root: Path, overrides: dict[str, dict[str, float]]) 
 
 def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     ok = [r for r in rows if r.get("scored")]
-    healthy = [r for r in ok if not r["fault"]]
+    healthy = [r for r in ok if not r["fault"] and not r.get("degenerated")]
     out: dict[str, Any] = {"healthy_runs": len(healthy), "healthy_steps": sum(r["steps"] for r in healthy),
                            "healthy_with_warnings": sum(bool(r["false_alarms"]) for r in healthy),
                            "healthy_with_config_findings": sum(bool(r.get("config_findings")) for r in healthy),
                            "false_alarms_per_healthy_step": (sum(len(r["false_alarms"]) for r in healthy)
                                                              / max(1, sum(r["steps"] for r in healthy))),
-                           "failed_runs": [r["name"] for r in rows if not r.get("scored")]}
+                           "failed_runs": [r["name"] for r in rows if not r.get("scored")],
+                           "degenerated": [r["name"] for r in ok if r.get("degenerated")]}
     for level in (*LEVELS, "binary"):
         fr = [r for r in ok if r["fault"] and r["level"] == level]
         if fr:
@@ -311,12 +331,18 @@ def md_table(rows: list[dict[str, Any]], title: str) -> str:
             lines.append(f"| {level} | {v['runs']} | {v['recall']:.0%} | {v['top1']:.0%} | {v['in_time']:.0%} |")
     misses = [r for r in rows if r.get("scored") and r["fault"] and r["level"] != "barely"
               and not (r["recall"] and r["top1_ok"] and r["in_time"])]
-    fps = [r for r in rows if r.get("scored") and not r["fault"] and (r["false_alarms"] or r.get("config_findings"))]
+    fps = [r for r in rows if r.get("scored") and not r["fault"] and not r.get("degenerated")
+           and (r["false_alarms"] or r.get("config_findings"))]
     if misses or fps:
         lines += ["", "Misses (middle/gross/binary) and false alarms:", ""]
         lines += [f"- {r['name']}: expected {r['expected']}, top-1 {r['top1']}, delay {r['delay']} "
                   f"(allowed {r['allowed']})" for r in misses]
         lines += [f"- {r['name']}: {', '.join(r['false_alarms'] + r.get('config_findings', []))}" for r in fps]
+    for r in rows:
+        if r.get("degenerated"):
+            lines += ["", f"Not counted as healthy: {r['name']} degenerated without an injected fault (entropy over "
+                          f"its last 5 steps {r['entropy_end_share']:.1%} of its first 5); the doctor found: "
+                          f"{', '.join(r['false_alarms'])}"]
     if s["failed_runs"]:
         lines += ["", f"Runs that failed to record: {', '.join(s['failed_runs'])}"]
     return "\n".join(lines)
