@@ -225,7 +225,7 @@ def judge(spec: dict[str, Any], findings: list[tuple[str, int, int | None, str]]
 
 
 def collapsed(run_dir: Path) -> float | None:
-    """Ground truth that needs no doctor: the policy's entropy over the last 5 steps as a share of the first 5
+    """Ground truth that needs no doctor: the policy's lowest 5-step mean entropy as a share of its first 5
     (a run without an injected fault whose entropy fell below 10 % of its start degenerated on its own: high
     lr / long runs; the doctor's findings there are true, not false alarms)."""
     import rlobs
@@ -235,7 +235,7 @@ def collapsed(run_dir: Path) -> float | None:
                                      "isfinite(entropy) GROUP BY step ORDER BY step").fetchall() if e is not None]
     if len(ent) < 10 or sum(ent[:5]) <= 0:
         return None
-    return sum(ent[-5:]) / sum(ent[:5])
+    return min(sum(ent[i:i + 5]) for i in range(len(ent) - 4)) / sum(ent[:5])
 
 
 def score_split(split: str, root: Path, overrides: dict[str, dict[str, float]]) -> list[dict[str, Any]]:
@@ -340,8 +340,8 @@ def md_table(rows: list[dict[str, Any]], title: str) -> str:
         lines += [f"- {r['name']}: {', '.join(r['false_alarms'] + r.get('config_findings', []))}" for r in fps]
     for r in rows:
         if r.get("degenerated"):
-            lines += ["", f"Not counted as healthy: {r['name']} degenerated without an injected fault (entropy over "
-                          f"its last 5 steps {r['entropy_end_share']:.1%} of its first 5); the doctor found: "
+            lines += ["", f"Not counted as healthy: {r['name']} degenerated without an injected fault (lowest 5-step "
+                          f"mean entropy {r['entropy_end_share']:.1%} of its first 5); the doctor found: "
                           f"{', '.join(r['false_alarms'])}"]
     if s["failed_runs"]:
         lines += ["", f"Runs that failed to record: {', '.join(s['failed_runs'])}"]
