@@ -374,7 +374,8 @@ def score(root: Path, out: Path, budget: int) -> int:
     md = "\n\n".join([
         "## Threshold choice (calibration split)", "\n".join(knob_lines),
         md_table(calib, "Calibration split"), md_table(held, "Held-out split"),
-        "### Held-out detection curves (detected share; d = mean delay in steps, m = magnitude)", md_curves(curves(held))])
+        "### Held-out detection curves (detected share; d = mean delay in steps, m = magnitude)", md_curves(curves(held)),
+        "### Calibration-split detection curves (every fault at 3 magnitudes, onset 5)", md_curves(curves(calib))])
     out.with_suffix(".md").write_text(md + "\n")
     print(md)
     return 0
