@@ -90,7 +90,7 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("grader-backlog", "warning", "1m", rule=False, alert_thresholds={"ratio": 0.5, "min_seconds": 2.0}),
     _f("grader-hung", "critical", "2m"),
     _f("grading-dominates-step", "warning", None),
-    _f("trainer-starved", "warning", "5m", thresholds={"ratio": 4.0, "min_steps": 2}, alert_thresholds={"wait_share": 0.7, "vs_baseline": 1.5},
+    _f("trainer-starved", "warning", "5m", thresholds={"ratio": 3.0, "min_steps": 2}, alert_thresholds={"wait_share": 0.7, "vs_baseline": 1.5},
        metrics=("rlobs_trainer_reward_wait_seconds_total", "rlobs_phase_seconds_total")),
     _f("trainer-idle", "warning", None),
     # train / serve parity
