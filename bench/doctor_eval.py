@@ -39,12 +39,12 @@ ONSET_ZERO = ("sampling_mismatch",)  # configured from the start: the mismatch e
 class Stack:
     """Ray + model + actors, shared by every run."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self, root: Path, settings: dict[str, Any] | None = None) -> None:
         from trainer_ref.config import Config
         from trainer_ref.model_build import tokenizer_hash
         from trainer_ref.run import resolve_model, start_actors, start_ray
 
-        base = Config(run_dir=str(root / "_actors"), **SMALL)
+        base = Config(run_dir=str(root / "_actors"), **(settings or SMALL))
         self.model_dir = resolve_model(base)
         start_ray(base)
         self.hashes = {"tokenizer": tokenizer_hash(self.model_dir), "sampling": f"T={base.temperature},max={base.max_tokens}"}

@@ -12,14 +12,12 @@ are all scaled by the same factor, so their proportions still attribute the spik
 
 or ``probe.observe(grad_norm=torch.nn.utils.clip_grad_norm_(params, 1.0), groups=optimizer, ...)``.
 
-Spike detector (``SpikeDetector``): on log(grad norm), a rolling window of the last ``window`` finite
-values; robust z = (log x - median) / max(1.4826 * MAD, ``min_sigma``). A spike is z > ``threshold``
-once ``warmup`` values have been seen. Defaults: window 50, warm-up 20, threshold 6, min_sigma 0.05.
-In log space the test is multiplicative: with the typical ~10% step-to-step noise of a healthy run a
-spike needs a jump of about exp(6 * 0.15) ~ 2.5x over the running median; ``min_sigma`` keeps a
-near-constant series from flagging 30% wiggles (exp(6 * 0.05) = 1.35x). The field's rule of thumb,
-grad norm jumping to ~1e4, is far above both. Every finite value enters the window (spikes too), so a
-lasting level shift stops firing after about window/2 steps; NaN/Inf never enter it.
+Spike detector (``SpikeDetector``): ``rlobs.detect.SpikeDetector``, the one detector the doctor, the app
+and the alert also use (so they agree on every step): on log(grad norm), a rolling window of the last
+``window`` positive finite values; robust z = (log x - median) / max(1.4826 * MAD, ``min_sigma``); a spike
+is z > ``threshold`` and x >= ``min_ratio`` x the median, once ``warmup`` values have been seen (defaults
+in ``rlobs.detect.SPIKE``, chosen on the doctor's calibration runs). A step without gradient (norm 0) is
+never part of the baseline; NaN/Inf never enter it.
 
 At a spike or a non-finite norm, ``detail`` (JSON) holds the per-parameter-group norms, the running
 median, and the sample and group ids of the batch, so the doctor can attribute it.
@@ -28,14 +26,12 @@ median, and the sample and group ids of the batch, so the doctor can attribute i
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass
 from typing import Any, Iterable, Mapping, Sequence
 
 from probes._common import Recorderish, as_list, dumps, recorder_or_global, warn_limited
+from rlobs.detect import SpikeDetector  # re-exported: probes.SpikeDetector
 from rlobs.schema import KINDS
-
-MAD_TO_SIGMA = 1.4826
 
 
 def global_grad_norm(parameters: Iterable[Any], norm_type: float = 2.0) -> float:
@@ -73,12 +69,6 @@ def group_grad_norms(groups: Any, norm_type: float = 2.0) -> dict[str, float]:
     return {name: global_grad_norm(params, norm_type) for name, params in _named_groups(groups).items()}
 
 
-def _median(sorted_values: list[float]) -> float:
-    n = len(sorted_values)
-    mid = n // 2
-    return sorted_values[mid] if n % 2 else 0.5 * (sorted_values[mid - 1] + sorted_values[mid])
-
-
 _TRAIN_STEP_FIELDS = frozenset(KINDS["train_step"].field_names) | {"policy_version"}
 
 
@@ -95,51 +85,6 @@ def _step_fields(fields: Mapping[str, Any]) -> dict[str, Any]:
             v = v.item()  # torch / numpy scalars
         out[k] = v
     return out
-
-
-class SpikeDetector:
-    """Online robust spike detector on log(value): rolling median / MAD with a warm-up."""
-
-    def __init__(self, *, window: int = 50, warmup: int = 20, threshold: float = 6.0, min_sigma: float = 0.05):
-        if warmup < 3 or window < warmup:
-            raise ValueError(f"need 3 <= warmup <= window, got warmup={warmup}, window={window}")
-        self.window = window
-        self.warmup = warmup
-        self.threshold = threshold
-        self.min_sigma = min_sigma
-        self._values: deque[float] = deque(maxlen=window)
-        self.seen = 0
-
-    def score(self, value: float) -> float | None:
-        """Robust z of ``value`` against the window (None during warm-up or for non-positive values)."""
-        if len(self._values) < self.warmup or not (value > 0) or not math.isfinite(value):
-            return None
-        med = _median(sorted(self._values))
-        sigma = max(MAD_TO_SIGMA * _median(sorted(abs(v - med) for v in self._values)), self.min_sigma)
-        return (math.log(value) - med) / sigma
-
-    @property
-    def median(self) -> float | None:
-        """Running median of the window, in the value's units."""
-        if not self._values:
-            return None
-        return math.exp(_median(sorted(self._values)))
-
-    def update(self, value: float) -> tuple[float | None, bool]:
-        """Score ``value`` then add it to the window. Returns (score, spike)."""
-        s = self.score(value)
-        if value > 0 and math.isfinite(value):
-            self._values.append(math.log(value))
-            self.seen += 1
-        return s, (s is not None and s > self.threshold)
-
-    def state(self) -> dict[str, Any]:
-        """JSON-able state (save with a checkpoint so a resumed run keeps its baseline)."""
-        return {"values": list(self._values), "seen": self.seen}
-
-    def load_state(self, state: Mapping[str, Any]) -> None:
-        self._values = deque((float(v) for v in state.get("values", [])), maxlen=self.window)
-        self.seen = int(state.get("seen", len(self._values)))
 
 
 @dataclass(frozen=True, slots=True)
@@ -202,7 +147,8 @@ class GradNormProbe:
             grad_norm = grad_norm.item()
         norm = float(grad_norm)
         nonfinite = not math.isfinite(norm)
-        score, spike = self.detector.update(norm)
+        judged = self.detector.push(norm)
+        score, spike = judged.z, judged.spike
         clipped = None
         after = None
         if self.max_norm is not None and not nonfinite:
@@ -216,7 +162,8 @@ class GradNormProbe:
             if spike:
                 self.spikes.append(step)
             detail = {"reason": "nonfinite" if nonfinite else "spike", "grad_norm": norm,
-                      "median": self.detector.median, "score": score}
+                      "median": judged.baseline, "score": score, "ratio": judged.ratio,
+                      "sigma": judged.sigma, "baseline_n": judged.n}
             src = groups if groups is not None else ({"all": params} if params is not None else None)
             if src is not None:
                 try:

@@ -161,6 +161,27 @@ def info(run: Path = typer.Argument(..., help="run directory"),
         console.print("[dim]checksums not verified (rlobs info --verify checks every sealed segment)[/]")
 
 
+# --- explain (rlobs.failures) ---
+@app.command()
+def explain(failure_id: str = typer.Argument(None, metavar="ID", help="failure id (alert / doctor rule / runbook)"),
+            as_json: bool = typer.Option(False, "--json", help="print as JSON"),
+            list_ids: bool = typer.Option(False, "--list", help="list the failure ids")) -> None:
+    """What one failure looks like end to end: metric -> panel -> alert -> doctor rule -> runbook."""
+    from rlobs.failures import FAILURES, explain as explain_failure, explain_text
+
+    if list_ids or not failure_id:
+        for fid, f in sorted(FAILURES.items()):
+            print(f"{fid:36} {f.severity:9} alert: {'yes, for ' + f.alert_for if f.alert else 'no':13} "
+                  f"doctor: {'yes' if f.rule else 'no'}")
+        return
+    if failure_id not in FAILURES:
+        raise fail(f"unknown failure id {failure_id!r}; `rlobs explain --list` lists them")
+    if as_json:
+        print(json.dumps(explain_failure(failure_id), indent=1))
+    else:
+        print(explain_text(failure_id))
+
+
 # --- doctor (rlobs.doctor; imported lazily) ---
 @app.command()
 def doctor(run: Path = typer.Argument(None, help="run directory"),

@@ -15,15 +15,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rlobs.detect import spikes
 from rlobs.store import RunRecord
 
 # Rollouts from a generator that does not follow the trainer's steps carry no step: place them at their
 # policy version (else dispatch version), which the trainer advances once per step.
 ROLLOUT = "(SELECT * REPLACE (coalesce(step, policy_version, dispatch_version) AS step) FROM rollout)"
 BOUNDARIES = ("dump", "staging", "transfer", "load", "cache_reset", "end_to_end")
-SPIKE_WINDOW = 20
-SPIKE_Z = 6.0
-SPIKE_RATIO = 3.0
 
 
 def _df(rec: RunRecord, sql: str, params: list[Any] | None = None) -> pd.DataFrame:
@@ -53,12 +51,12 @@ def train_series(rec: RunRecord) -> pd.DataFrame:
                sum(samples) AS samples, max(data_wait_s) AS data_wait_s, max(reward_wait_s) AS reward_wait_s
         FROM train_step WHERE step IS NOT NULL GROUP BY step ORDER BY step""")
     df["time"] = pd.to_datetime(df["ts_ns"], unit="ns", utc=True)
-    gn = df["grad_norm"].astype("float64").replace([np.inf, -np.inf], np.nan)
-    med = gn.rolling(SPIKE_WINDOW, min_periods=4).median().shift(1)
-    mad = (gn - med).abs().rolling(SPIKE_WINDOW, min_periods=4).median().shift(1)
-    z = (gn - med) / (1.4826 * mad + 1e-12)
-    df["spike_z"] = z
-    df["spike"] = (df["spike_flag"].fillna(False).astype(bool) | ((z > SPIKE_Z) & (gn > SPIKE_RATIO * med))
+    # the one spike detector (rlobs.detect, the live probe's): log scale, zero-norm steps never a baseline
+    gn = df["grad_norm"].astype("float64").where(~df["nonfinite"].fillna(False).astype(bool))
+    scores = spikes(gn.fillna(np.nan).to_numpy())
+    df["spike_z"] = [np.nan if s.z is None else s.z for s in scores]
+    df["spike_ratio"] = [np.nan if s.ratio is None else s.ratio for s in scores]
+    df["spike"] = (df["spike_flag"].fillna(False).astype(bool) | np.array([s.spike for s in scores], dtype=bool)
                    | df["nonfinite"].fillna(False).astype(bool))
     return df
 

@@ -45,10 +45,15 @@ def runbook_url(runbook_id: str, base: str | None = None) -> str:
 
 
 def _doctor_thresholds(rule_id: str) -> Mapping[str, float]:
-    """A doctor rule's thresholds: the live alert of the same failure reads the same numbers."""
-    from rlobs.doctor import registry
+    """A failure's shared numbers (rlobs.failures): the doctor rule of the same failure reads the same ones."""
+    from rlobs.failures import failure
 
-    return registry()[rule_id].thresholds
+    f = failure(rule_id)
+    return {**f.thresholds, **f.alert_thresholds}
+
+
+def _th(fid: str, name: str) -> float:
+    return float(_doctor_thresholds(fid)[name])
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,22 +61,24 @@ class AlertThresholds:
     """Alert thresholds; the defaults come from the field notes in DESIGN.md, from the doctor's rule of the
     same failure where there is one, and from healthy trainer_ref runs of every mode (no page)."""
 
-    staleness_max_versions: int = 4  # set to the run's max_staleness bound
-    sync_boundary_mean_seconds: float = 30.0  # mean duration of one sync boundary over 10 min
-    advantage_abs_max: float = 10.0  # GRPO |advantage| is <= sqrt(G-1) (~4 at G=16) with a sane std
+    staleness_max_versions: int = field(  # set to the run's max_staleness bound
+        default_factory=lambda: int(_th("staleness-over-bound", "warn_versions")))
+    sync_boundary_mean_seconds: float = field(default_factory=lambda: _th("weight-sync-slow", "boundary_mean_seconds"))  # mean duration of one sync boundary over 10 min
+    advantage_abs_max: float = field(default_factory=lambda: _th("advantage-denominator-collapse", "max_abs_advantage"))  # GRPO |advantage| is <= sqrt(G-1) (~4 at G=16) with a sane std
     # mean share over 10 min, the doctor's share: a max over the last batch flapped 21 times on a healthy run
-    zero_std_groups_ratio: float = 0.75
-    grader_timeout_ratio: float = 0.05
+    zero_std_groups_ratio: float = field(default_factory=lambda: _th("advantage-zero-std-groups", "ratio"))
+    grader_timeout_ratio: float = field(default_factory=lambda: _th("grader-timeouts", "share"))
     # the trainer waits over this share of its time AND this many times its own share of the previous hour:
     # a generation-bound run (0.58 on CPU, healthy) is its own baseline, a starved one departs from it
-    trainer_data_wait_ratio: float = 0.7
-    trainer_data_wait_vs_baseline: float = 1.5
-    parity_mean_abs_dlogp: float = 0.01  # < 0.005 healthy, > 0.01 a problem
-    heartbeat_silence_seconds: float = 120.0
+    trainer_data_wait_ratio: float = field(default_factory=lambda: _th("trainer-starved", "wait_share"))
+    trainer_data_wait_vs_baseline: float = field(default_factory=lambda: _th("trainer-starved", "vs_baseline"))
+    # < 0.005 healthy, > 0.01 a problem
+    parity_mean_abs_dlogp: float = field(default_factory=lambda: _th("parity-drift", "critical"))
+    heartbeat_silence_seconds: float = field(default_factory=lambda: _th("heartbeat-lost", "silence_s"))
     process_down_for: str = "30s"  # a target that stops answering scrapes this long
     # no optimiser step for max(floor, multiple x the recent mean step interval)
-    no_progress_floor_seconds: float = 60.0
-    no_progress_step_multiple: float = 5.0
+    no_progress_floor_seconds: float = field(default_factory=lambda: _th("no-progress", "floor_seconds"))
+    no_progress_step_multiple: float = field(default_factory=lambda: _th("no-progress", "step_multiple"))
     # grader p95 latency over 5 min vs its own p95 over the previous hour (the doctor's grader-slow numbers)
     grader_slow_ratio: float = field(default_factory=lambda: float(_doctor_thresholds("grader-slow")["ratio"]))
     grader_slow_min_seconds: float = field(
@@ -79,8 +86,8 @@ class AlertThresholds:
     # calls wait in the grader queue longer than they run, and seconds long: the pool is saturated (healthy
     # trainer_ref runs: p95 queue wait 0.005-0.02 s; a 4 s grader behind 2 workers, admission-bounded: 4.8 s)
     # (idle machine: a 4 s grader behind 2 workers waits 3.97 s p95, right at 1x: half its latency is the bar)
-    grader_backlog_ratio: float = 0.5
-    grader_backlog_min_seconds: float = 2.0
+    grader_backlog_ratio: float = field(default_factory=lambda: _th("grader-backlog", "ratio"))
+    grader_backlog_min_seconds: float = field(default_factory=lambda: _th("grader-backlog", "min_seconds"))
 
 
 T = AlertThresholds()
@@ -119,6 +126,9 @@ class AlertRule:
             raise ValueError(f"alert id {self.id!r}: use kebab-case")
         if self.severity not in SEVERITIES:
             raise ValueError(f"alert {self.id!r}: severity {self.severity!r}; valid: {SEVERITIES}")
+        from rlobs.failures import check_alert
+
+        check_alert(self.id, self.severity, self.for_)  # the failure table is the source: no silent drift
 
     @property
     def name(self) -> str:
@@ -301,7 +311,7 @@ RULES: tuple[AlertRule, ...] = (
         "non-finite gradient norm in the last 10 minutes. Check the advantage denominator before the model.",
         PromtoolCase((("rlobs_grad_norm_nonfinite_total", {}, _BORN),), "1", not_yet_min=5, firing_min=6)),
     AlertRule(
-        "grad-norm-spike", "warning",
+        "grad-norm-spike", "info",
         running(_counter_alert("rlobs_grad_norm_spikes_total")), "0m",
         "Gradient-norm spike ({{ $labels.run }})",
         "The grad-norm spike detector fired {{ $value | humanize }} time(s) in {{ $labels.component }} (run "

@@ -103,7 +103,10 @@ def rule(id: str, *, concern: str, title: str, needs: tuple[str, ...], threshold
     def deco(fn: Callable[..., RuleResult]) -> Callable[..., RuleResult]:
         if id in _REGISTRY:
             raise ValueError(f"doctor rule {id!r} registered twice")
-        _REGISTRY[id] = Rule(id=id, concern=concern, title=title, needs=needs, thresholds=dict(thresholds or {}),
+        from rlobs.failures import thresholds as shared  # the failure table's numbers win (alerts read them too)
+
+        _REGISTRY[id] = Rule(id=id, concern=concern, title=title, needs=needs,
+                             thresholds={**dict(thresholds or {}), **shared(id)},
                              fn=fn, doc=(fn.__doc__ or "").strip(), causes=causes)
         return fn
 

@@ -26,7 +26,7 @@ def test_required_alerts_exist_with_severity_and_annotations():
     rules = doc["groups"][0]["rules"]
     assert len(rules) == len(a.RULES)
     for r in rules:
-        assert r["labels"]["severity"] in ("critical", "warning")
+        assert r["labels"]["severity"] in ("critical", "warning", "info")
         assert set(r["annotations"]) == {"summary", "description", "runbook_url"}
         assert all(r["annotations"].values())
 

@@ -14,6 +14,7 @@ import pytest
 import rlobs
 from rlobs.dashboards.alerts import RULES
 from rlobs.dashboards.build import boards
+from rlobs.failures import FAILURES
 
 from .conftest import RUNBOOKS
 from .runbook_text import (
@@ -25,12 +26,8 @@ from .runbook_text import (
     sql_queries,
 )
 
-# Doctor rules (issue 5) without an alert of their own; alert ids double as doctor rule ids.
-DOCTOR_ONLY = {"staleness-jump-after-resume", "weight-sync-incomplete-dump", "weight-sync-torn-read",
-               "ledger-samples-skipped", "record-damaged",
-               # issue 15: rules on the aggregates other trainers log
-               "grading-dominates-step", "trainer-idle", "staleness-growing", "parity-prob-drift",
-               "response-length-clipped", "entropy-collapse", "no-gradient"}
+# Doctor rules without an alert of their own, from the failure table (alert ids double as doctor rule ids).
+DOCTOR_ONLY = {fid for fid, f in FAILURES.items() if f.rule and not f.alert}
 PAGES = runbook_pages(RUNBOOKS)
 
 
@@ -64,6 +61,8 @@ def test_runbook_follows_the_template(rid):
     for r in RULES:
         if r.id == rid:
             assert f"`{r.name}`" in text.split("\n\n")[1], f"{rid}: name the alert {r.name} under the title"
+    # the alert's severity in the header is the failure table's
+    assert not FAILURES[rid].alert or f"({FAILURES[rid].severity}" in text.split("\n\n")[1], f"{rid}: severity {FAILURES[rid].severity}"
 
 
 def test_panel_references_exist_in_the_generated_boards():

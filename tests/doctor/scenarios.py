@@ -115,7 +115,7 @@ def build(run_dir: Path, fault: str | None = None, seed: int = 0, sample_detail:
                 text = _sample_text(detail_rng, pid, tokens, sid, gen_logprobs) if sample_detail else {}
                 gen.emit("rollout", sample_id=sid, group_id=gid, prompt_id=pid, dispatch_version=step - stale,
                          completion_tokens=tokens, prompt_tokens=12, finish_reason="length" if tokens >= 96 else "stop",
-                         gen_seconds=rng.uniform(0.2, 0.6), **text)
+                         gen_seconds=rng.uniform(0.2, 0.6) * (15 if hot and fault == "generator_starvation" else 1), **text)
                 gen.emit("ledger", sample_id=sid, group_id=gid, state="generated", tokens=tokens)
                 latency = 0.05 * rng.uniform(0.7, 1.4)
                 outcome = "ok"

@@ -42,8 +42,9 @@ def test_a_real_offline_wandb_run_imports_and_is_diagnosed(verl_run, tmp_path):
     doc = CliRunner().invoke(app, ["doctor", str(tmp_path / "run"), "--json"])
     findings = json.loads(doc.stdout)["findings"]
     spikes = [f for f in findings if f["rule"] == "grad-norm-spike"]
-    assert [(f["first_step"], f["severity"]) for f in spikes] == [(fx.SPIKE_STEP, "critical")]
-    assert doc.exit_code == 2
+    # severity from impact: an unclipped spike the run absorbed is a warning (critical needs a consequence)
+    assert [(f["first_step"], f["severity"]) for f in spikes] == [(fx.SPIKE_STEP, "warning")]
+    assert doc.exit_code == 1
 
 
 def test_the_wandb_folder_above_the_run_and_the_run_file_itself_also_import(verl_run, tmp_path):

@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from probes.gradnorm import GradNormProbe, SpikeDetector, global_grad_norm, group_grad_norms
+from rlobs.detect import SPIKE
 from tests.probes.conftest import rows
 
 
@@ -76,7 +77,7 @@ def test_spike_detected_at_the_exact_step_with_batch_ids(live):
     assert live.value("rlobs_grad_norm") == pytest.approx(series[-1])
     rec = live.close_and_open()
     assert rows(rec, "select step from train_step where spike") == [(k,)]
-    assert rows(rec, "select count(*) from train_step where spike_score is null") == [(20,)]  # warm-up
+    assert rows(rec, "select count(*) from train_step where spike_score is null") == [(int(SPIKE["warmup"]),)]  # warm-up
 
 
 @pytest.mark.parametrize("seed", range(5))

@@ -1,4 +1,4 @@
 """Doctor rules, one module per concern. Importing this package registers them all."""
 
 from rlobs.doctor.rules import (advantage, aggregates, graders, gradnorm, ledger, parity, record,  # noqa: F401
-                                staleness, throughput, weight_sync)
+                                selection, staleness, throughput, weight_sync)

@@ -3,10 +3,17 @@
 from __future__ import annotations
 
 import math
-from typing import Mapping
+from collections.abc import Mapping
 
 from rlobs.doctor.context import RunContext, runs_of
-from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
+from rlobs.doctor.model import (
+    Evidence,
+    Finding,
+    Insufficient,
+    RuleResult,
+    Severity,
+    rule,
+)
 
 
 def _per_step(ctx: RunContext, expr: str) -> list[tuple[int, float]]:
@@ -16,27 +23,59 @@ def _per_step(ctx: RunContext, expr: str) -> list[tuple[int, float]]:
 
 
 @rule("advantage-zero-std-groups", concern="advantage", title="Most GRPO groups carry no signal (zero reward std)",
-      needs=("advantage",), thresholds={"ratio": 0.75, "min_steps": 2})
+      needs=("advantage",), thresholds={"ratio": 0.75, "min_steps": 2, "min_share": 0.6})
 def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
-    """Share of groups whose rewards are all equal >= ``ratio`` for ``min_steps`` consecutive steps: those
-    groups have zero advantage, so their tokens are generated, graded and trained on for nothing."""
+    """Share of groups whose rewards are all equal >= ``ratio`` for ``min_steps`` consecutive steps, and the
+    pooled share over those steps judged against its sample size: its Wilson lower bound (95 %, widened for
+    the number of steps looked at) must clear ``min_share`` ("6 of 8 groups over 2 steps" has a 95 % lower bound of 0.41: not evidence of anything
+    systemic; 30 of 40 has 0.6). Those groups have zero advantage, so their tokens are generated, graded and
+    trained on for nothing. Without group counts in the record the per-step shares alone decide."""
+    from rlobs.detect import wilson
+
     if not ctx.count("advantage"):
         return Insufficient("no advantage events")
-    series = _per_step(ctx, "max(zero_std_ratio)")
-    if not series:
+    rows = [(int(s), float(v), k, n) for s, v, k, n in ctx.rows(
+        "SELECT step, max(zero_std_ratio) AS v, sum(zero_std_groups), sum(groups) FROM advantage "
+        f"WHERE step IS NOT NULL{ctx.step_filter()} GROUP BY step HAVING v IS NOT NULL ORDER BY step")]
+    if not rows:
         return Insufficient("advantage events carry no zero_std_ratio")
-    hot = [s for s, v in series if v >= th["ratio"]]
-    runs = runs_of(hot, int(th["min_steps"]))
-    if not runs:
+    counts = {s: (float(k), float(n)) for s, _, k, n in rows if k is not None and n}
+    # every step could start a run of high shares: the interval is widened for that many looks (Bonferroni),
+    # so a 100-step run with a base rate of 50 % zero-std groups does not find a 6-step streak by chance
+    conf = 1 - 0.05 / max(1, len(rows))
+    hot = [s for s, v, _, _ in rows if v >= th["ratio"]]
+    kept: list[tuple[int, int, float, tuple[float, float], int, int]] = []  # first, last, share, ci, k, n
+    for a, b in runs_of(hot, int(th["min_steps"])):
+        steps = range(a, b + 1)
+        if all(s in counts for s in steps):
+            k = sum(counts[s][0] for s in steps)
+            n = sum(counts[s][1] for s in steps)
+            ci = wilson(k, n, conf)
+            if ci[0] < th["min_share"]:
+                continue  # too few groups to call it systemic
+            kept.append((a, b, k / n, ci, int(k), int(n)))
+        else:
+            share = sum(v for s, v, _, _ in rows if a <= s <= b) / (b - a + 1)
+            kept.append((a, b, share, (math.nan, math.nan), 0, 0))
+    if not kept:
         return []
-    first, last = runs[0][0], runs[-1][1]
-    worst = max(v for s, v in series if first <= s <= last)
+    first, last = kept[0][0], kept[-1][1]
+    worst = max(v for s, v, _, _ in rows if first <= s <= last)
+    k = sum(r[4] for r in kept)
+    n = sum(r[5] for r in kept)
+    ev = [Evidence("advantage.zero_std_ratio", round(worst, 4), th["ratio"], (first, last),
+                   f"{sum(b - a + 1 for a, b, *_ in kept)} steps at or above the threshold")]
+    if n:
+        lo, hi = wilson(k, n, conf)
+        ev.append(Evidence("zero-std groups / groups", f"{k}/{n} = {k / n:.2f} ({conf:.2%} CI {lo:.2f}-{hi:.2f}, "
+                           f"corrected for {len(rows)} steps)",
+                           th["min_share"], (first, last), "pooled over those steps; lower bound vs min_share"))
     return [Finding(
         rule="advantage-zero-std-groups", severity=Severity.WARNING,
-        title=f"{worst:.0%} of groups had identical rewards (zero std) over steps {first}-{last}",
+        title=f"{worst:.0%} of groups had identical rewards (zero std) over steps {first}-{last}"
+              + (f" ({k} of {n} groups)" if n else ""),
         first_step=first, last_step=last,
-        evidence=[Evidence("advantage.zero_std_ratio", round(worst, 4), th["ratio"], (first, last),
-                           f"{sum(b - a + 1 for a, b in runs)} steps at or above the threshold")],
+        evidence=ev,
         root_cause="the task is too easy or too hard for the current policy (all-correct or all-wrong groups), "
                    "or the grader returns a constant (check grader outcomes and rewards)",
         confidence=0.7,

@@ -15,7 +15,7 @@ import itertools
 import statistics
 from collections.abc import Mapping, Sequence
 
-from rlobs.doctor.context import RunContext, finite
+from rlobs.doctor.context import RunContext, runs_of, finite
 from rlobs.doctor.model import (
     Evidence,
     Finding,
@@ -425,12 +425,26 @@ def no_gradient(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     if not runs:
         return []
     first, last = runs[0][0], runs[-1][1]
-    total = sum(1 for s, v in series if abs(v) <= th["eps"])
+    zero_steps = [s for s, v in series if abs(v) <= th["eps"]]
+    total = len(zero_steps)
+    # a step whose every group had zero reward std has no gradient by construction (GRPO): expected, info;
+    # the advantage-zero-std-groups rule judges whether that share is systemic
+    all_zero_std = set()
+    if ctx.count("advantage"):
+        all_zero_std = {int(s) for (s,) in ctx.rows("SELECT step FROM advantage WHERE step IS NOT NULL GROUP BY step "
+                                                    "HAVING min(zero_std_ratio) >= 1.0")}
+    unexplained = [s for s in zero_steps if s not in all_zero_std]
+    logged = [s for s, _ in series]
+    pos = {s: i for i, s in enumerate(logged)}  # consecutive *logged* steps, as the rule counts them
+    sev = Severity.WARNING if runs_of([pos[s] for s in unexplained], int(th["min_steps"])) else Severity.INFO
     return [Finding(
-        rule="no-gradient", severity=Severity.WARNING,
-        title=f"grad norm 0 on {total} step(s), first at step {first}",
+        rule="no-gradient", severity=sev,
+        title=f"grad norm 0 on {total} step(s), first at step {first}"
+              + ("" if unexplained else " (every group of those steps had zero reward std: no signal, no gradient)"),
         first_step=first, last_step=last,
-        evidence=[Evidence("train_step.grad_norm", 0.0, f"> {th['eps']}", (first, last), f"{total} steps")],
+        evidence=[Evidence("train_step.grad_norm", 0.0, f"> {th['eps']}", (first, last), f"{total} steps"),
+                  Evidence("steps not explained by all-zero-std groups", len(unexplained), 0, None,
+                           ", ".join(str(s) for s in unexplained[:10]))],
         root_cause="the loss had no gradient: all advantages zero (every group scored identically, or dynamic "
                    "sampling filtered everything), a loss mask that excludes every token, or frozen parameters",
         confidence=0.6,

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import math
-import statistics
-from typing import Mapping
+from collections.abc import Mapping
 
+from rlobs.detect import SPIKE as SPIKE_DEFAULTS
+from rlobs.detect import SpikeScore
 from rlobs.doctor.context import RunContext, finite
 from rlobs.doctor.model import Evidence, Finding, RuleResult, Severity, rule
 
@@ -59,49 +60,119 @@ def _insufficient_grad(ctx: RunContext) -> RuleResult:
     return Insufficient("no train_step events with grad_norm" if ctx.count("train_step") else "no train_step events")
 
 
+_IMPACT = {"impact_steps": 3, "impact_z": 6.0, "entropy_drop": 0.5, "kl_ratio": 10.0}
+
+
+def _step_table(ctx: RunContext) -> dict[int, dict[str, float]]:
+    """Per step: clipped (any rank), loss / reward / entropy / KL (mean over ranks), non-finite loss."""
+    def build() -> dict[int, dict[str, float]]:
+        out: dict[int, dict[str, float]] = {}
+        for step, clipped, loss, reward, entropy, kl, bad_loss in ctx.rows(
+                "SELECT step, bool_or(clipped), avg(loss) FILTER (WHERE isfinite(loss)), avg(reward_mean), "
+                "avg(entropy) FILTER (WHERE isfinite(entropy)), avg(kl) FILTER (WHERE isfinite(kl)), "
+                "bool_or(NOT isfinite(loss)) FROM train_step "
+                f"WHERE step IS NOT NULL{ctx.step_filter()} GROUP BY step"):
+            out[int(step)] = {"clipped": clipped, "loss": loss, "reward": reward, "entropy": entropy, "kl": kl,
+                              "bad_loss": bool(bad_loss)}
+        return out
+    return ctx.memo("grad_norm_step_table", build)
+
+
+def impact(ctx: RunContext, step: int, th: Mapping[str, float]) -> list[Evidence]:
+    """What happened after an anomaly at ``step`` (within ``impact_steps``): a non-finite loss or grad norm,
+    a loss or reward level shift beyond ``impact_z`` x the run's own noise, entropy dropping below
+    ``entropy_drop`` x its level, KL growing ``kl_ratio``-fold. Empty: the run kept its trend."""
+    from rlobs.detect import level_shift
+
+    k = int(th["impact_steps"])
+    table = _step_table(ctx)
+    norms = dict(_series(ctx))
+    out: list[Evidence] = []
+    after = [s for s in sorted(table) if step < s <= step + k]
+    bad = [s for s in after if table[s]["bad_loss"] or not math.isfinite(norms.get(s, 0.0))]
+    if bad:
+        out.append(Evidence("train_step.loss / grad_norm", "NaN/Inf", "finite", (bad[0], bad[-1]),
+                            "non-finite after the spike"))
+    for col, sign, label in (("loss", 0, "loss level shift"), ("reward", -1, "reward dropped")):
+        series = [(s, float(v[col])) for s, v in sorted(table.items()) if finite(v[col])]
+        sh = level_shift(series, step, after=k)
+        if sh is not None and ((sign == 0 and abs(sh.z) > th["impact_z"]) or (sign < 0 and sh.z < -th["impact_z"])):
+            out.append(Evidence(f"train_step.{'reward_mean' if col == 'reward' else col}", round(sh.after, 6),
+                                round(sh.before, 6), (step + 1, step + k),
+                                f"{label}: {sh.z:+.1f} sigma of its own noise (before {sh.before:.4g})"))
+    ent = [(s, float(v["entropy"])) for s, v in sorted(table.items()) if finite(v["entropy"])]
+    sh = level_shift(ent, step, after=k)
+    if sh is not None and sh.before > 0 and sh.after < th["entropy_drop"] * sh.before:
+        out.append(Evidence("train_step.entropy", round(sh.after, 6), round(th["entropy_drop"] * sh.before, 6),
+                            (step + 1, step + k), "entropy collapsed after the spike"))
+    kl = [(s, float(v["kl"])) for s, v in sorted(table.items()) if finite(v["kl"])]
+    sh = level_shift(kl, step, after=k)
+    if sh is not None and sh.after > th["kl_ratio"] * max(abs(sh.before), 1e-6) and sh.z > th["impact_z"]:
+        out.append(Evidence("train_step.kl", round(sh.after, 6), round(th["kl_ratio"] * sh.before, 6),
+                            (step + 1, step + k), "KL blew up after the spike"))
+    return out
+
+
+def spike_scores(ctx: RunContext, th: Mapping[str, float] | None = None) -> list[tuple[int, SpikeScore]]:
+    """(step, score) of the one spike detector (``rlobs.detect``) over the run's per-step grad norm: the
+    live probe's decision for a single-rank run, step for step (several ranks: the max norm per step)."""
+    from rlobs.detect import SPIKE, spikes
+
+    params = {k: (th or SPIKE)[k] for k in SPIKE}
+    series = _series(ctx)
+    return list(zip((s for s, _ in series), spikes((g for _, g in series), **params)))
+
+
 @rule("grad-norm-spike", concern="grad_norm", title="Gradient-norm spike",
-      needs=("train_step",), thresholds={"window": 10, "min_history": 4, "ratio": 4.0, "z": 6.0})
+      needs=("train_step",), thresholds={**SPIKE_DEFAULTS, **_IMPACT})
 def spike(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
-    """A finite grad norm far above its rolling median: x > ratio * median and robust z = (x - median) /
-    (1.4826 * MAD) > z, over the previous ``window`` finite, non-zero steps (needs ``min_history`` of them;
-    steps without gradient are judged by no-gradient and would make the next normal step look like a spike)."""
+    """A grad norm far above the run's own baseline, by ``rlobs.detect.SpikeDetector`` (the live probe's
+    detector): log scale, rolling median of the last ``window`` steps with gradient (a zero-norm step is
+    never a baseline), robust z > ``threshold`` with sigma >= ``min_sigma`` and at least ``min_ratio`` x the
+    median, after ``warmup`` steps. Severity from impact: critical when within ``impact_steps`` the loss
+    or reward breaks its level (> ``impact_z`` sigma), the loss/norm turns NaN, entropy collapses or KL
+    blows up (that consequence is the evidence); warning for an unclipped spike the run absorbed; info
+    for a clipped one the run absorbed (clipping did its job)."""
     series = _series(ctx)
     if not series:
         return _insufficient_grad(ctx)
-    window, min_hist = int(th["window"]), int(th["min_history"])
-    history: list[float] = []
-    spikes: list[tuple[int, float, float, float]] = []
-    for step, g in series:
-        if not finite(g) or g <= 0:  # a zero norm is a step without gradient (no-gradient), not a baseline
-            continue
-        if len(history) >= min_hist:
-            med = statistics.median(history[-window:])
-            mad = statistics.median(abs(h - med) for h in history[-window:])
-            scale = 1.4826 * mad + 0.05 * abs(med) + 1e-12
-            z = (g - med) / scale
-            if g > th["ratio"] * med and z > th["z"]:
-                spikes.append((step, g, med, z))
-                continue  # a spike does not join the baseline
-        history.append(g)
-    if not spikes:
-        if len(history) < min_hist:
+    scored = spike_scores(ctx, th)
+    hits = [(s, sc) for s, sc in scored if sc.spike]
+    if not hits:
+        usable = sum(1 for _, sc in scored if sc.z is not None or sc.n >= int(th["warmup"]))
+        if not usable:
             from rlobs.doctor.model import Insufficient
 
-            return Insufficient(f"only {len(history)} finite grad-norm steps; the spike detector needs {min_hist}")
+            n = max((sc.n for _, sc in scored), default=0)
+            return Insufficient(f"only {n} grad-norm steps with gradient; the spike detector needs "
+                                f"{int(th['warmup'])} before it judges one")
         return []
-    worst = max(spikes, key=lambda s: s[1] / max(s[2], 1e-12))
-    sev = Severity.CRITICAL if worst[1] > 100 * worst[2] else Severity.WARNING
+    table = _step_table(ctx)
+    consequences = {s: impact(ctx, s, th) for s, _ in hits}
+    broke = [s for s, _ in hits if consequences[s]]
+    unclipped = [s for s, _ in hits if table.get(s, {}).get("clipped") is not True]
+    worst = max(hits, key=lambda h: h[1].ratio or 0.0)
+    ws, wsc = worst
+    sev = Severity.CRITICAL if broke else Severity.WARNING if unclipped else Severity.INFO
+    what = ("and the run broke after it" if broke else
+            "not clipped; the run kept its trend" if unclipped else "clipped; the run kept its trend")
+    ev = [Evidence("train_step.grad_norm", round(wsc.value, 6), round(th["min_ratio"] * (wsc.baseline or 0.0), 6),
+                   (hits[0][0], hits[-1][0]),
+                   f"{wsc.ratio:.3g}x its rolling median {wsc.baseline:.3g} (robust z {wsc.z:.1f} > "
+                   f"{th['threshold']:g}, log-scale sigma {wsc.sigma:.3g} from {wsc.n} steps)"),
+          Evidence("spike steps", ", ".join(str(s) for s, _ in hits[:10]))]
+    for s in broke[:3]:
+        ev.extend(consequences[s])
     return [Finding(
         rule="grad-norm-spike", severity=sev,
-        title=f"grad norm spiked to {worst[1]:.3g} at step {worst[0]} ({worst[1] / max(worst[2], 1e-12):.0f}x its "
-              f"rolling median {worst[2]:.3g}); {len(spikes)} spike step(s)",
-        first_step=spikes[0][0], last_step=spikes[-1][0],
-        evidence=[Evidence("train_step.grad_norm", round(worst[1], 6), round(th["ratio"] * worst[2], 6),
-                           (spikes[0][0], spikes[-1][0]), f"robust z {worst[3]:.1f} > {th['z']}")]
-        + [Evidence("spike steps", ", ".join(str(s[0]) for s in spikes[:10]))],
+        title=f"grad norm spiked to {wsc.value:.3g} at step {ws} ({wsc.ratio:.3g}x its rolling median "
+              f"{wsc.baseline:.3g}, z {wsc.z:.1f}); {len(hits)} spike step(s), {what}",
+        first_step=hits[0][0], last_step=hits[-1][0],
+        evidence=ev,
         root_cause="check the advantage denominator before blaming the model: near-zero group std amplifies "
-                   "advantages; then stale samples (importance ratio), then train/serve parity",
-        confidence=0.6,
+                   "advantages; then stale samples (importance ratio), then train/serve parity"
+                   + ("" if broke or unclipped else " (clipping bounded this update: informational)"),
+        confidence=0.8 if broke else 0.6,
         remediation=["rlobs doctor RUN --rule advantage-denominator-collapse",
                      "inspect the spiking batch's samples in `rlobs replay RUN` (train_step.detail lists them)",
                      "lower the learning rate or the clip threshold only after the denominator is ruled out"],

@@ -85,7 +85,7 @@ def _restarts(ctx: RunContext) -> dict[str, dict]:
 
 
 @rule("heartbeat-lost", concern="liveness", title="A component stopped sending heartbeats",
-      needs=("heartbeat",), thresholds={"silence_s": 60.0})
+      needs=("heartbeat",), thresholds={"silence_s": 120.0})
 def heartbeat_lost(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """A component's last heartbeat is more than ``silence_s`` older than the newest event of the run:
     it hung (or died) while the others went on. The last phase it named is where it is stuck."""

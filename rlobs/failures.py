@@ -1,0 +1,198 @@
+"""The failure table: one row per failure id, the single source the alert generator, the doctor, the runbook
+checks and their tests read, so they cannot disagree.
+
+A row holds the failure's severity (the alert's label; the doctor's worst case), the alert's ``for:``
+(None: no live alert, the failure is only visible in the record), whether a doctor rule judges it, the
+numbers both sides use (``thresholds``: the doctor rule's defaults *and* the alert's bar where the alert
+has the same notion), alert-only numbers (``alert_thresholds``), and the runbook (``runbooks/<id>.md``).
+Panels come from the runbook's "Panels to open" (checked against the generated boards by the runbook
+tests), metrics from the alert expression and the catalogue. ``rlobs explain ID`` prints the chain
+metric -> panel -> alert -> rule -> runbook.
+
+Heartbeat silence: 120 s on both sides (the doctor used 60 s, the alert 120 s: a 60 s stall was a doctor
+critical and no page). Zero-std groups: 0.75 of the groups on both sides (the doctor additionally asks the
+pooled share's Wilson lower bound to clear ``min_share``: it sees group counts, the alert a ratio). A grad
+norm spike alone is info on both sides: what it does next (NaN, loss/reward break, entropy collapse) is a
+critical finding and its own alert.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlobs.detect import SPIKE
+
+
+@dataclass(frozen=True)
+class Failure:
+    id: str
+    severity: str  # "critical" | "warning" | "info": the alert label and the doctor's worst severity
+    alert_for: str | None  # the alert's `for:`; None when there is no live alert
+    rule: bool  # a doctor rule of the same id judges the record
+    thresholds: Mapping[str, float] = field(default_factory=dict)  # shared by the doctor rule and the alert
+    alert_thresholds: Mapping[str, float] = field(default_factory=dict)  # the alert's own numbers
+    metrics: tuple[str, ...] = ()  # live metrics to watch beyond the alert's (a failure without an alert)
+
+    @property
+    def alert(self) -> bool:
+        return self.alert_for is not None
+
+    @property
+    def runbook(self) -> str:
+        return f"runbooks/{self.id}.md"
+
+
+def _f(id: str, severity: str, alert_for: str | None, rule: bool = True, thresholds: Mapping[str, float] | None = None,
+       alert_thresholds: Mapping[str, float] | None = None, metrics: tuple[str, ...] = ()) -> Failure:
+    return Failure(id, severity, alert_for, rule, dict(thresholds or {}), dict(alert_thresholds or {}), metrics)
+
+
+FAILURES: dict[str, Failure] = {f.id: f for f in (
+    # liveness
+    _f("process-down", "critical", "30s", rule=False),
+    _f("no-progress", "critical", "0m", rule=False,
+       alert_thresholds={"floor_seconds": 60.0, "step_multiple": 5.0}),
+    _f("heartbeat-lost", "critical", "1m", thresholds={"silence_s": 120.0}),
+    _f("incident-declared", "warning", "0m", rule=False),
+    _f("record-damaged", "warning", None),
+    _f("telemetry-drops", "warning", "2m"),
+    # staleness and the ledger
+    _f("staleness-over-bound", "warning", "2m", thresholds={"warn_versions": 4}),
+    _f("staleness-jump-after-resume", "critical", None),
+    _f("staleness-growing", "warning", None),
+    _f("ledger-samples-repeated", "critical", "0m"),
+    _f("ledger-samples-skipped", "critical", None),
+    _f("selection-bias", "warning", None, thresholds={"length_ratio": 1.5, "reward_gap": 0.25, "min_drop_share": 0.1,
+                                                      "min_samples": 20, "z": 4.0},
+       metrics=("rlobs_samples_total", "rlobs_goodput_tokens_total", "rlobs_rollout_completion_tokens")),
+    # weight sync
+    _f("weight-sync-boundary-failed", "critical", "0m"),
+    _f("weight-sync-fingerprint-mismatch", "critical", "0m"),
+    _f("weight-sync-cache-not-reset", "critical", "0m"),
+    _f("weight-sync-slow", "warning", "5m", alert_thresholds={"boundary_mean_seconds": 30.0}),
+    _f("weight-sync-incomplete-dump", "critical", None),
+    _f("weight-sync-torn-read", "critical", None),
+    # gradients and advantages
+    _f("grad-norm-nonfinite", "critical", "0m"),
+    _f("grad-norm-spike", "info", "0m", thresholds=dict(SPIKE)),
+    _f("no-gradient", "warning", None),
+    _f("advantage-denominator-collapse", "critical", "1m", thresholds={"max_abs_advantage": 10.0}),
+    _f("advantage-rank-disagreement", "critical", "0m"),
+    _f("advantage-zero-std-groups", "warning", "5m", thresholds={"ratio": 0.75, "min_share": 0.6}),
+    _f("entropy-collapse", "warning", None),
+    _f("response-length-clipped", "warning", None),
+    # graders and throughput
+    _f("grader-timeouts", "warning", "2m", thresholds={"share": 0.05}),
+    _f("grader-slow", "warning", "2m", thresholds={"ratio": 3.0, "min_seconds": 0.25}),
+    _f("grader-backlog", "warning", "1m", rule=False, alert_thresholds={"ratio": 0.5, "min_seconds": 2.0}),
+    _f("grader-hung", "critical", "2m"),
+    _f("grading-dominates-step", "warning", None),
+    _f("trainer-starved", "warning", "5m", thresholds={"ratio": 3.0, "min_steps": 2}, alert_thresholds={"wait_share": 0.7, "vs_baseline": 1.5},
+       metrics=("rlobs_trainer_reward_wait_seconds_total", "rlobs_phase_seconds_total")),
+    _f("trainer-idle", "warning", None),
+    # train / serve parity
+    _f("parity-drift", "warning", "2m", thresholds={"warn": 0.005, "critical": 0.01}),
+    _f("parity-config-mismatch", "critical", "0m"),
+    _f("parity-prob-drift", "warning", None),
+)}
+
+
+def failure(fid: str) -> Failure:
+    if fid not in FAILURES:
+        raise KeyError(f"unknown failure id {fid!r}; valid: {', '.join(sorted(FAILURES))}")
+    return FAILURES[fid]
+
+
+def thresholds(fid: str) -> dict[str, float]:
+    """The shared numbers of a failure ({} for an id without a row: a rule added before its row)."""
+    f = FAILURES.get(fid)
+    return dict(f.thresholds) if f is not None else {}
+
+
+def check_alert(alert_id: str, severity: str, for_: str) -> None:
+    """Raise when an alert's severity or ``for:`` differ from its row (called by every AlertRule)."""
+    f = failure(alert_id)
+    if f.alert_for is None:
+        raise ValueError(f"alert {alert_id!r}: the failure table says it has no live alert")
+    if (severity, for_) != (f.severity, f.alert_for):
+        raise ValueError(f"alert {alert_id!r}: severity/for {severity}/{for_} but the failure table says "
+                         f"{f.severity}/{f.alert_for}")
+
+
+# ---------- rlobs explain ----------
+_PANEL = re.compile(r"\*\*([^*]+?) › ([^*]+?)\*\*")
+
+
+def _runbook_text(fid: str) -> str | None:
+    from rlobs.runbooks import data_dir
+
+    path = data_dir("runbooks") / f"{fid}.md"
+    return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def panels(fid: str) -> list[tuple[str, str]]:
+    """(board, panel) pairs the failure's runbook opens first."""
+    text = _runbook_text(fid) or ""
+    m = re.search(r"^## Panels to open\n(.*?)(?=^## )", text, flags=re.DOTALL | re.MULTILINE)
+    return _PANEL.findall(m.group(1)) if m else []
+
+
+def explain(fid: str) -> dict[str, Any]:
+    """The chain metric -> panel -> alert -> rule -> runbook of one failure, for a newcomer."""
+    from rlobs.catalogue import METRICS
+    from rlobs.runbooks import runbook_link
+
+    f = failure(fid)
+    out: dict[str, Any] = {"id": fid, "severity": f.severity, "thresholds": dict(f.thresholds)}
+    alert = None
+    if f.alert:
+        from rlobs.dashboards.alerts import rule as alert_rule
+
+        alert = alert_rule(fid)
+        out["alert"] = {"name": alert.name, "severity": alert.severity, "for": alert.for_, "expr": alert.expr,
+                        "summary": alert.summary, "thresholds": dict(f.alert_thresholds)}
+    names = sorted(set(re.findall(r"\brlobs_[a-z0-9_]+", alert.expr)) if alert is not None else set()) + [
+        m for m in f.metrics if alert is None or m not in alert.expr]
+    if alert is not None and re.search(r"\bup\b", alert.expr):
+        names.append("up")
+    docs = {m.name: m.help for m in METRICS}
+    docs["up"] = "Prometheus' own series: 1 when the target answered its last scrape, 0 when it did not"
+    out["metrics"] = [{"name": n, "help": docs.get(n, docs.get(re.sub(r"_(bucket|sum|count)$", "", n), ""))}
+                      for n in names]
+    out["panels"] = [f"{b} › {p}" for b, p in panels(fid)]
+    if f.rule:
+        from rlobs.doctor import registry
+
+        r = registry()[fid]
+        out["rule"] = {"id": r.id, "title": r.title, "needs": list(r.needs), "thresholds": dict(r.thresholds),
+                       "doc": r.doc.split("\n\n")[0], "command": f"rlobs doctor RUN --rule {fid}"}
+    out["runbook"] = {"path": f.runbook, "link": runbook_link(fid)}
+    return out
+
+
+def explain_text(fid: str) -> str:
+    e = explain(fid)
+    lines = [f"{e['id']}  (severity {e['severity']})", ""]
+    lines.append("1. metric(s):" if e["metrics"] else "1. metric(s): none live (only the run record shows it)")
+    lines += [f"     {m['name']}: {m['help']}" for m in e["metrics"]]
+    lines.append("2. panel(s):" if e["panels"] else "2. panel(s): none")
+    lines += [f"     {p}" for p in e["panels"]]
+    if "alert" in e:
+        a = e["alert"]
+        lines += [f"3. alert: {a['name']} ({a['severity']}, for {a['for']})", f"     {a['summary']}",
+                  f"     expr: {a['expr']}"]
+        if a["thresholds"] or e["thresholds"]:
+            lines.append(f"     thresholds: {({**e['thresholds'], **a['thresholds']})}")
+    else:
+        lines.append("3. alert: none (no live signal for this failure; the doctor reads the record)")
+    if "rule" in e:
+        r = e["rule"]
+        lines += [f"4. doctor rule: {r['id']} ({r['title']})", f"     {r['command']}",
+                  f"     needs: {', '.join(r['needs'])}; thresholds: {r['thresholds']}"]
+    else:
+        lines.append("4. doctor rule: none (a live-only signal)")
+    lines.append(f"5. runbook: {e['runbook']['path']}  ({e['runbook']['link']})")
+    return "\n".join(lines)

@@ -1,0 +1,112 @@
+"""Trainer-side bottlenecks and selection bias, on records written through the real recorder."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+import rlobs
+from rlobs.doctor import diagnose
+
+
+def _recs(run: Path, mode: str = "separate_async") -> dict[str, rlobs.Recorder]:
+    return {c: rlobs.init(run, component=c, prometheus=False, set_global=False, flush_interval=3600,
+                          config={"mode": mode, "max_staleness": 2})
+            for c in ("driver", "trainer", "generator", "grader")}
+
+
+def _close(recs: dict[str, rlobs.Recorder]) -> None:
+    for r in recs.values():
+        assert r.flush(10.0)
+        r.close()
+
+
+def _slow_grader_run(run: Path, *, per_call_events: bool, step_phases: bool, reward_wait: bool,
+                     seed: int = 0, slow_from: int | None = 6) -> Path:
+    """The case nobody scripted: a grader at 0.2 s per call from step 6; the trainer's data wait goes
+    0.05 -> 0.3 s against a 0.03 s optimiser step."""
+    rng = random.Random(seed)
+    recs = _recs(run)
+    t = 0.0
+    for step in range(16):
+        slow = slow_from is not None and step >= slow_from
+        grade = (0.25 if slow else 0.02) + rng.uniform(0, 0.01)
+        gen = 0.04 + rng.uniform(0, 0.01)
+        wait = (0.3 if slow else 0.05) + rng.uniform(-0.01, 0.01)
+        recs["trainer"].emit("train_step", step=step, loss=0.5, grad_norm=1.0 + rng.uniform(0, 0.1), step_seconds=0.03,
+                             data_wait_s=wait, reward_wait_s=(grade if reward_wait else None))
+        if step_phases:
+            recs["grader"].emit("phase", step=step, phase="grading", seconds=grade)
+            recs["generator"].emit("phase", step=step, phase="generation", seconds=gen)
+        if per_call_events:
+            for i in range(4):
+                recs["grader"].emit("grader_call", step=step, sample_id=f"s{step}-{i}", grader_kind="rule",
+                                    latency_s=(0.2 if slow else 0.01), queue_wait_s=0.0, outcome="ok", reward=1.0)
+        t += wait + 0.03
+    _close(recs)
+    return run
+
+
+@pytest.mark.parametrize("what", ["reward_wait", "step_phases_only", "per_call_only"])
+def test_slow_grader_found_naming_grading(tmp_path: Path, what: str):
+    run = _slow_grader_run(tmp_path / what, per_call_events=what == "per_call_only",
+                           step_phases=what == "step_phases_only", reward_wait=what == "reward_wait")
+    with rlobs.open_run(run) as rec:
+        rep = diagnose(rec)
+    starved = [f for f in rep.findings if f.rule == "trainer-starved"]
+    assert starved, [f.rule for f in rep.findings]
+    f = starved[0]
+    assert "waiting for grading" in f.title and f.root_cause.startswith("grading holds the trainer")
+    assert f.first_step in (6, 7)
+    stage = next(e for e in f.evidence if e.metric.startswith("upstream stage"))
+    assert stage.metric == "upstream stage: grading"
+
+
+def test_healthy_waits_are_not_starvation(tmp_path: Path):
+    run = _slow_grader_run(tmp_path / "h", per_call_events=True, step_phases=True, reward_wait=True, slow_from=None)
+    with rlobs.open_run(run) as rec:
+        rep = diagnose(rec, rule_ids=["trainer-starved"])
+    assert rep.findings == []
+
+
+def _ledger_run(run: Path, *, biased: bool, seed: int = 0) -> Path:
+    """separate_async throughput workload: 1800 samples, 520 dropped as stale; dropped ones avg 17.7 tokens,
+    consumed ones 4.2 (biased) or the same lengths (unbiased)."""
+    rng = random.Random(seed)
+    recs = _recs(run)
+    n, n_drop = 1800, 520
+    for i in range(n):
+        drop = i < n_drop
+        if biased:
+            tokens = max(1, round(rng.gauss(17.7, 5))) if drop else max(1, round(rng.gauss(4.2, 1.5)))
+        else:
+            tokens = max(1, round(rng.gauss(6.0, 3)))
+        sid = f"s{i}"
+        step = i // 64
+        recs["generator"].emit("rollout", step=step, sample_id=sid, group_id=f"g{i // 8}", completion_tokens=tokens)
+        recs["driver"].emit("ledger", step=step, sample_id=sid, group_id=f"g{i // 8}", state="generated", tokens=tokens)
+        if drop:
+            recs["driver"].emit("ledger", step=step + 1, sample_id=sid, state="dropped", reason="stale", staleness=3)
+        else:
+            recs["driver"].emit("ledger", step=step + 1, sample_id=sid, state="consumed", staleness=1)
+    _close(recs)
+    return run
+
+
+def test_length_biased_drops_are_reported_with_the_ratio(tmp_path: Path):
+    with rlobs.open_run(_ledger_run(tmp_path / "b", biased=True)) as rec:
+        rep = diagnose(rec, rule_ids=["selection-bias"])
+    assert len(rep.findings) == 1
+    f = rep.findings[0]
+    assert "520 of 1800 samples dropped as stale" in f.title
+    length = next(e for e in f.evidence if "completion tokens" in e.metric)
+    assert length.observed == pytest.approx(17.7 / 4.2, rel=0.05)
+    assert "dropped avg 17." in length.note and "consumed 4." in length.note
+
+
+def test_unbiased_drops_are_not_a_finding(tmp_path: Path):
+    with rlobs.open_run(_ledger_run(tmp_path / "u", biased=False)) as rec:
+        rep = diagnose(rec, rule_ids=["selection-bias"])
+    assert rep.findings == []
