@@ -13,8 +13,9 @@ import tempfile
 import threading
 import time
 import weakref
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -68,6 +69,11 @@ class StagingBuffer:
         self._hdr[1] = -1
         self.entries: dict[str, tuple[str, tuple[int, ...], int, int]] = {}  # name -> dtype, shape, offset, nbytes
         self.data: dict[str, np.ndarray] = {}  # name -> view into the shared buffer
+        self._bytes: np.ndarray = np.zeros(0, dtype=np.uint8)  # the whole mapping, header included
+        self._signature: list[tuple[str, str, tuple[int, ...]]] = []  # (name, dtype, shape) per entry
+        # the copies of the last write and the source addresses they were made for (the views hold
+        # their sources, so the same addresses are the same memory)
+        self._plan: tuple[Any, list[tuple[np.ndarray, np.ndarray]]] = (None, [])
         self.size = HEADER_BYTES
         self.last_lock_wait_s = self.last_lock_hold_s = 0.0  # of the last write
         self._finalizer: weakref.finalize | None = None
@@ -108,10 +114,12 @@ class StagingBuffer:
         os.ftruncate(fd, max(off, HEADER_BYTES))
         self._mm = mmap.mmap(fd, max(off, HEADER_BYTES))
         self._fd, self.path, self.size, self.entries = fd, path, max(off, HEADER_BYTES), entries
+        self._signature = [(n, e[0], e[1]) for n, e in entries.items()]
         self._finalizer = weakref.finalize(self, _unlink, path)
         self._hdr = np.frombuffer(self._mm, dtype=np.int64, count=2)
         self._hdr[0], self._hdr[1] = seq + (seq % 2), -1
         self.data = {n: _view(self._mm, a.dtype, e[1], e[2]) for (n, e), (a, _) in zip(entries.items(), arrays.values())}
+        self._bytes = np.frombuffer(self._mm, dtype=np.uint8)
 
     def _flock(self, exclusive: bool) -> None:
         if self._fd is not None:
@@ -126,23 +134,28 @@ class StagingBuffer:
         """Copy ``state`` (numpy arrays or torch tensors, bfloat16 as its exact bits) into the buffer, in
         its order; returns the new (even) sequence number. A different set of names, shapes or dtypes
         than the last write lays the buffer out anew (a new file)."""
-        arrays = {name: _host(t) for name, t in state.items()}
+        srcs = {name: _source(t) for name, t in state.items()}
         t_wait = time.perf_counter()
         if use_lock:
             self.lock.acquire()
         try:
-            if [(n, d, tuple(a.shape)) for n, (a, d) in arrays.items()] != \
-                    [(n, e[0], e[1]) for n, e in self.entries.items()]:
-                self._layout(arrays)
+            if [(n, m[0], m[1]) for n, m in srcs.items()] != self._signature:
+                self._layout({n: (_array(m[5]), m[0]) for n, m in srcs.items()})
             if use_lock:
                 self._flock(True)
             self.last_lock_wait_s = time.perf_counter() - t_wait
             t_hold = time.perf_counter()
             try:
                 self.seq += 1  # odd: write in progress
-                for name, (a, _) in arrays.items():
-                    np.copyto(self.data[name], a, casting="no")
-                    if per_tensor is not None:
+                if per_tensor is None:
+                    key = (self._gen, tuple(m[4] for m in srcs.values()))  # the same memory as last time?
+                    if self._plan[0] != key:
+                        self._plan = (key, [(self._bytes[o:o + src.size], src) for o, src in _runs(srcs, self.entries)])
+                    for dst, src in self._plan[1]:  # one memcpy per contiguous run
+                        np.copyto(dst, src)
+                else:  # tensor by tensor, the hook between them (tests interleave a reader there)
+                    for name, m in srcs.items():
+                        np.copyto(self.data[name], _array(m[5]), casting="no")
                         per_tensor(name)
                 self._hdr[1] = -1 if version is None else int(version)
                 self.seq += 1  # even: consistent
@@ -220,7 +233,8 @@ class StagingBuffer:
 
     def close(self) -> None:
         """Unmap and delete the shared file (readers that mapped it keep their mapping)."""
-        self.data = {}
+        self.data, self._signature, self._plan = {}, [], (None, [])
+        self._bytes = np.zeros(0, dtype=np.uint8)
         self._hdr = np.array([self.seq, -1], dtype=np.int64)
         if self._mm is not None:
             try:
@@ -267,6 +281,96 @@ def _unlink(path: str) -> None:
         pass
 
 
+# (dtype name, shape, item size, nbytes, data address, the C-contiguous host tensor or array)
+Source = tuple[str, tuple[int, ...], int, int, int, Any]
+_DTYPE_NAMES: dict[Any, str] = {}
+_IS_TENSOR: dict[type, bool] = {}
+
+
+def _source(t: Any) -> Source:
+    """What a write needs of one tensor or array, without a copy where it is already a C-contiguous
+    host tensor (a device tensor is copied to the host, a strided one made contiguous), and without
+    converting it to numpy (a few microseconds a tensor, which counts for small models)."""
+    tensor = _IS_TENSOR.get(type(t))
+    if tensor is None:
+        tensor = _IS_TENSOR[type(t)] = is_tensor(t)
+    if tensor:
+        x = t
+        if not x.is_cpu:
+            x = x.detach().cpu()
+        if not x.is_contiguous():
+            x = x.detach().contiguous()
+        name = _DTYPE_NAMES.get(x.dtype)
+        if name is None:
+            name = _DTYPE_NAMES[x.dtype] = str(x.dtype).replace("torch.", "")
+        return name, tuple(x.shape), x.element_size(), x.nbytes, x.data_ptr(), x
+    a = np.asarray(t)
+    if not a.flags.c_contiguous:
+        a = np.ascontiguousarray(a)
+    name = _DTYPE_NAMES.get(a.dtype)
+    if name is None:
+        name = _DTYPE_NAMES[a.dtype] = str(a.dtype)
+    return name, tuple(a.shape), a.itemsize, a.nbytes, a.__array_interface__["data"][0], a
+
+
+def _array(x: Any) -> np.ndarray:
+    """A source's host numpy array (no copy); bfloat16 as its int16 bits."""
+    if isinstance(x, np.ndarray):
+        return x
+    import torch
+
+    x = x.detach()
+    return (x.view(torch.int16) if x.dtype == torch.bfloat16 else x).numpy()
+
+
+def _byte_view(x: Any) -> np.ndarray:
+    """A source's bytes as a flat uint8 numpy array (no copy)."""
+    if isinstance(x, np.ndarray):
+        return x.reshape(-1).view(np.uint8)
+    import torch
+
+    return x.detach().reshape(-1).view(torch.uint8).numpy()
+
+
+def _runs(srcs: Mapping[str, Source],
+          entries: Mapping[str, tuple[str, tuple[int, ...], int, int]]) -> list[tuple[int, np.ndarray]]:
+    """The copies a write makes: (buffer offset, uint8 source) per run of tensors that lie in memory
+    exactly as they lie in the buffer (each next one as far after the previous as in the buffer: the
+    parameters of a model flattened in stage order, see ``trainer_ref.weight_sync.flatten_parameters``),
+    one run per tensor otherwise.
+
+    One large copy instead of hundreds of small ones is what lets a write run at memcpy speed: glibc's
+    memcpy streams copies above ``x86_non_temporal_threshold`` (~100 MB here) with non-temporal
+    stores, and copies of a few MB (a parameter) at about half that bandwidth. A run's source view
+    spans the bytes between its tensors too; those are under one item size (alignment padding), so
+    they lie within the pages of their neighbours, and land in the buffer's padding."""
+    out: list[tuple[int, np.ndarray]] = []
+    start = addr = end_off = -1
+    first: Any = None
+    for name, m in srcs.items():
+        off, nbytes = entries[name][2], entries[name][3]
+        if nbytes == 0:
+            continue
+        p = m[4]
+        if first is not None and p - addr == off - start and 0 <= off - end_off < max(m[2], 1):
+            end_off = off + nbytes
+            continue
+        if first is not None:
+            out.append((start, _span(first, end_off - start)))
+        first, start, addr, end_off = m[5], off, p, off + nbytes
+    if first is not None:
+        out.append((start, _span(first, end_off - start)))
+    return out
+
+
+def _span(first: Any, nbytes: int) -> np.ndarray:
+    """``nbytes`` bytes from ``first``'s start (a view that keeps ``first`` alive; read-only)."""
+    flat = _byte_view(first)
+    if flat.size == nbytes:
+        return flat
+    return np.lib.stride_tricks.as_strided(flat, shape=(nbytes,), strides=(1,), writeable=False)
+
+
 def _np_dtype(name: str) -> Any:
     return np.dtype(np.int16) if name == "bfloat16" else np.dtype(name)
 
@@ -284,23 +388,3 @@ def views(handle: Mapping[str, Any]) -> tuple[dict[str, np.ndarray], Callable[[]
     hdr = np.frombuffer(mm, dtype=np.int64, count=2)
     out = {str(n): _view(mm, _np_dtype(d), tuple(s), int(o)) for n, d, s, o, _ in handle["entries"]}
     return out, lambda: int(hdr[0])
-
-
-def _to_host_array(t: Any) -> np.ndarray:
-    return _host(t)[0]
-
-
-def _host(t: Any) -> tuple[np.ndarray, str]:
-    """(host array without a copy where possible, dtype name); bfloat16 as its int16 bits."""
-    if is_tensor(t):
-        x = t.detach().cpu()
-        if str(x.dtype) == "torch.bfloat16":
-            import torch
-
-            return x.contiguous().view(torch.int16).numpy(), "bfloat16"  # keep the exact bits
-        x = x.numpy()
-        return x, str(x.dtype)
-    a = np.asarray(t)
-    return a, str(a.dtype)
-
-

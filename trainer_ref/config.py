@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 MODES = ("sync", "colocate_async", "separate_async")
-GRADERS = ("exact", "rule", "code", "judge")
+GRADERS = ("exact", "rule", "code", "judge", "verbose")  # verbose: a flawed grader with a loophole (reward hacking)
 INTERRUPT = ("resume", "abort", "wait")
 # the tiny presets were built (and tuned) at 1e-3; a 135M model needs far less (2e-5 learns faster and
 # saturates the echo task within 4 steps of 2 groups, which the doctor rightly flags as zero-std groups)
@@ -38,6 +38,8 @@ class Config:
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature (same on both sides)"})
     chain_prob: float = field(default=0.15, metadata={"help": "share of long 'chain' prompts (long-tail lengths)"})
     lr: float = field(default=0.0, metadata={"help": f"Adam learning rate; 0: the model's ({TINY_LR} for the tiny presets, {REAL_LR} for smollm2 or a folder)"})
+    lr_peak: float = field(default=0.0, metadata={"help": "linear warm-up: the learning rate rises from lr at step 0 to this at lr_warmup_steps and stays (0: constant lr)"})
+    lr_warmup_steps: int = field(default=0, metadata={"help": "steps of the linear warm-up to lr_peak"})
     clip_eps: float = field(default=0.2, metadata={"help": "PPO ratio clip epsilon"})
     adv_eps: float = field(default=1e-4, metadata={"help": "epsilon in (r - mean) / (std + eps)"})
     kl_coef: float = field(default=0.0, metadata={"help": "KL-to-reference coefficient (0: no reference model)"})
@@ -48,7 +50,7 @@ class Config:
     rollout_ttl_s: float = field(default=120.0, metadata={"help": "drop samples older than this at consumption"})
     queue_capacity: int = field(default=32, metadata={"help": "bound of each queue between components, in groups"})
     interrupt: str = field(default="resume", metadata={"help": "on weight update: resume | abort | wait (in-flight requests)"})
-    grader: str = field(default="rule", metadata={"help": "exact | rule | code | judge"})
+    grader: str = field(default="rule", metadata={"help": "exact | rule | code | judge | verbose (a loophole: rewards unchecked shown work; reward-hacking experiments)"})
     grader_placement: str = field(default="pool", metadata={"help": "pool (separate Ray actors) | colocated (in the generator)"})
     grader_workers: int = field(default=2, metadata={"help": "grader actors in the pool"})
     grader_timeout_s: float = field(default=5.0, metadata={"help": "per-call grader timeout"})

@@ -27,7 +27,7 @@ import time
 from collections import deque
 from typing import Any
 
-from trainer_ref import faults, telemetry, weight_sync
+from trainer_ref import engine_update, faults, telemetry, weight_sync
 from trainer_ref.task import render_prompt
 
 
@@ -54,6 +54,7 @@ class VLLMGenerator:
                        worker_extension_cls="trainer_ref.vllm_ext.WeightSyncExtension", seed=int(cfg["seed"]),
                        enable_prefix_caching=True)
         self.engine = self.llm.llm_engine
+        self._updater = engine_update.EngineUpdater(self.llm)  # stages 3b-5 of a weight sync
         self.version = 0
         self._lock = threading.Condition()
         self._inbox: deque[dict[str, Any]] = deque()  # requests waiting to enter the engine
@@ -197,12 +198,6 @@ class VLLMGenerator:
         with self._lock:
             return {**weight_sync.engine_layout_info(self.llm), "node_id": weight_sync.node_id()}
 
-    def _local_staging(self) -> weight_sync.StagingBuffer:
-        """This node's staging buffer for weights that crossed nodes (object-store path), made on first use."""
-        if getattr(self, "_staging", None) is None:
-            self._staging = weight_sync.StagingBuffer(prefix="rlobs-staging-gen")
-        return self._staging
-
     def engine_fingerprints(self, shapes: dict[str, list[int]] | None = None) -> dict[str, str]:
         with self._lock:
             return weight_sync.engine_fingerprints(self.llm, shapes)[0]
@@ -212,8 +207,7 @@ class VLLMGenerator:
         with self._lock:
             self._lock.notify_all()
         self._thread.join(timeout=10)
-        if getattr(self, "_staging", None) is not None:
-            self._staging.close()
+        self._updater.close()  # this node's staging buffer (object-store path)
         telemetry.shutdown()
 
     # ----- engine thread ---------------------------------------------------------------------
@@ -260,66 +254,14 @@ class VLLMGenerator:
             self._lock.notify_all()
 
     def _apply_update(self) -> None:
+        """The pending update between two engine steps (``engine_update``); its report goes to ``update_weights``."""
         upd = self._update
         assert upd is not None
-        rep: dict[str, Any] = {"version": upd["version"], "aborted": 0, "resumed": 0, "regenerated": 0}
+        rep: dict[str, Any] = {"version": upd["version"], "lock_wait_s": time.perf_counter() - upd["t_req"]}
         try:
-            t = time.perf_counter()
-            rep["lock_wait_s"] = t - upd["t_req"]
-            inflight = list(self._running.items())
-            if inflight:
-                self.engine.abort_request([rid for rid, _ in inflight])
-                self._running.clear()
-            requeue = []
-            for _, req in inflight:
-                req["interrupts"] += 1
-                if upd["interrupt"] == "abort":
-                    req["aborted_tokens"] += len(req["gen_ids"])
-                    req.update(gen_ids=[], logprobs=[], min_v=None, max_v=None)
-                    rep["regenerated"] += 1
-                else:
-                    rep["resumed"] += 1
-                requeue.append(req)
-            rep["aborted"] = len(inflight)
-            self._inbox.extendleft(reversed(requeue))
-            v, hand = upd["version"], upd["handoff"]
-            with telemetry.probe().wsync_recv.sync(handoff=hand) as sess:
-                transport = upd["ref"]
-                path = str(transport.get("path") or hand.get("path") or "shm")
-                with sess.transfer() as b:  # 3b: reach the staged weights; the sender's half counts in the boundary
-                    handle, rep["transfer_recv_s"] = weight_sync.receive(transport, self._local_staging())
-                    nbytes = weight_sync.handle_nbytes(handle)
-                    rep["bytes"] = b.bytes = nbytes
-                    rep["path"] = b.path = path
-                    b.add_seconds(float(hand.get("sender_s") or 0.0))
-                t1 = time.perf_counter()
-                with sess.load() as b:  # 4: load in every worker from tensors; engine fingerprints vs the dump's
-                    lr = weight_sync.load_into_engine(self.llm, handle, upd["expected"], upd["shapes"],
-                                                      perturb=faults.corruption(self.fault, v - 1),
-                                                      method=weight_sync.LOAD_METHODS[path])
-                    b.record_fingerprints(lr.fingerprints, nbytes=nbytes)
-                    b.mem_hwm_bytes, b.path = lr.mem_hwm_bytes, path
-                    if path in ("shm", "object_store"):  # the engine's own seqlock read of the staging buffer
-                        b.seq_before, b.seq_after, b.torn = lr.seq_before, lr.seq_after, lr.torn
-                        if lr.torn:  # it overlapped a write
-                            b.outcome = "torn"
-                rep.update(load_s=time.perf_counter() - t1, tensors_present=lr.tensors_present,
-                           mismatched=lr.mismatched, fingerprint=weight_sync.digest(lr.fingerprints),
-                           mem_hwm_bytes=lr.mem_hwm_bytes, engine_reload_s=lr.engine_s, torn=lr.torn,
-                           sources={s: sum(1 for x in lr.sources.values() if x == s) for s in set(lr.sources.values())})
-                t2 = time.perf_counter()
-                with sess.cache_reset() as b:  # 5: requested and confirmed; in-flight requests
-                    b.path = path
-                    rep["reset_confirmed"] = faults.reset_cache(self.fault, v - 1, weight_sync.reset_cache, self.llm)
-                    if rep["reset_confirmed"] is not None:
-                        b.requested()
-                        b.confirmed(rep["reset_confirmed"])
-                    b.inflight(aborted=rep["aborted"], resumed=rep["resumed"])
-                rep["reset_s"] = time.perf_counter() - t2
-                self.version = v
-                telemetry.set_context(version=self.version)
-                sess.serving()  # the end-to-end lag runs from the optimiser step to here
-        except Exception as e:  # reported to the caller, the loop survives
+            rep.update(engine_update.requeue_inflight(self.engine, self._running, self._inbox, upd["interrupt"]))
+            self._updater.apply(upd, self.fault, rep, lambda v: setattr(self, "version", v))
+        except Exception as e:  # noqa: BLE001 - reported to the caller, the loop survives
             rep["error"] = f"{type(e).__name__}: {e}"
         self._update_report = rep
         self._update = None
@@ -332,7 +274,7 @@ class VLLMGenerator:
     def _loop(self) -> None:
         try:
             self._loop_inner()
-        except Exception as e:  # surfaced to every caller instead of a silent hang
+        except Exception as e:  # noqa: BLE001 - surfaced to every caller instead of a silent hang
             self._dead = f"{type(e).__name__}: {e}"
             telemetry.heartbeat("dead", self._dead[:500])
             with self._lock:

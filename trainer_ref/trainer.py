@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from trainer_ref import checkpoint, faults, grpo, telemetry, weight_sync
+from trainer_ref import checkpoint, dp, faults, grpo, telemetry, weight_sync
 
 
 class _Backward:
@@ -136,16 +136,16 @@ class Trainer:
         advs = grpo.advantages(rewards, float(self.cfg["adv_eps"]))  # health is measured by the probe below
         samples = [s for g in groups for s in g["samples"]]
         token_den = faults.token_denominator(self.fault, step, self.rank, float(sum(len(s["completion_ids"]) for s in samples)),
-                                             self._all_reduce_sum) or 1.0  # the global token count
+                                             lambda v: dp.all_reduce_sum(v, self.world)) or 1.0  # the global token count
         probing = telemetry.enabled()
         b = self._backward(samples, [a for g in advs for a in g], token_den, step, probing)
         flat_r = [x for g in rewards for x in g]
         r_sum, r_sq, n_all = float(sum(flat_r)), float(sum(x * x for x in flat_r)), float(len(flat_r))
         if self.world > 1:  # the whole step's gradient and numbers on every rank
-            self._all_reduce_grads()
-            b.acc, b.fresh_dl, b.fresh_tok, r_sum, r_sq, n_all = self._reduce_sums(b.acc, b.fresh_dl, b.fresh_tok,
+            dp.all_reduce_grads(self.model)
+            b.acc, b.fresh_dl, b.fresh_tok, r_sum, r_sq, n_all = dp.reduce_sums(b.acc, b.fresh_dl, b.fresh_tok,
                                                                                    r_sum, r_sq, n_all)
-            b.is_max, b.dl_max = self._reduce_max(b.is_max, b.dl_max)
+            b.is_max, b.dl_max = dp.reduce_max(b.is_max, b.dl_max)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.cfg["max_grad_norm"])))
         lead = self.rank == 0  # rank 0 reports the step (train_step, grad norm); every rank its own shard
         # the grad-norm probe decides nonfinite / clipped once (before zero_grad: per-group norms at a spike)
@@ -154,6 +154,7 @@ class Trainer:
                                               group_ids=[g["group_id"] for g in groups]) if lead else None
         if probing:
             self._observe(step, groups, samples, rewards, advs, token_den, b)
+        self._set_lr(step)
         if math.isfinite(grad_norm):
             self.opt.step()
         self.opt.zero_grad(set_to_none=True)
@@ -165,6 +166,13 @@ class Trainer:
         elif probing:
             telemetry.on_phase("training", out["step_seconds"], int(sum(len(x["completion_ids"]) for x in samples)))
         return out
+
+    def _set_lr(self, step: int) -> None:
+        """Linear warm-up from ``lr`` to ``lr_peak`` over ``lr_warmup_steps`` (config; off when lr_peak is 0)."""
+        if float(self.cfg.get("lr_peak") or 0) > 0:
+            ramp = min(1.0, step / max(1, int(self.cfg.get("lr_warmup_steps") or 0)))
+            for pg in self.opt.param_groups:
+                pg["lr"] = float(self.cfg["lr"]) + ramp * (float(self.cfg["lr_peak"]) - float(self.cfg["lr"]))
 
     def _backward(self, samples: list[dict[str, Any]], adv_flat: list[float], token_den: float, step: int,
                   probing: bool) -> "_Backward":
@@ -238,47 +246,6 @@ class Trainer:
                 "fresh_mean_abs_dlogp": b.fresh_dl / b.fresh_tok if b.fresh_tok else None,
                 "fresh_tokens": int(b.fresh_tok), "token_denominator": token_den, "data_wait_s": data_wait_s,
                 "reward_wait_s": reward_wait_s}
-
-    # ----- data parallel -----------------------------------------------------------------------
-    def _all_reduce_sum(self, value: float) -> float:
-        """Sum of ``value`` over the data-parallel ranks (itself on one rank)."""
-        if self.world <= 1:
-            return value
-        import torch.distributed as dist
-
-        t = torch.tensor([value], dtype=torch.float64)
-        dist.all_reduce(t)
-        return float(t.item())
-
-    def _all_reduce_grads(self) -> None:
-        """Sum every gradient over the ranks in one flat buffer (the loss is already a global token mean)."""
-        import torch.distributed as dist
-
-        params = [p for p in self.model.parameters() if p.requires_grad]
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
-        flat = torch.cat([g.reshape(-1) for g in grads])
-        dist.all_reduce(flat)
-        i = 0
-        for p, g in zip(params, grads):
-            n = g.numel()
-            p.grad = flat[i:i + n].view_as(g).clone()
-            i += n
-
-    def _reduce_sums(self, acc: dict[str, float], *more: float) -> tuple[Any, ...]:
-        import torch.distributed as dist
-
-        keys = sorted(acc)
-        t = torch.tensor([acc[k] for k in keys] + list(more), dtype=torch.float64)
-        dist.all_reduce(t)
-        vals = t.tolist()
-        return ({k: vals[i] for i, k in enumerate(keys)}, *vals[len(keys):])
-
-    def _reduce_max(self, *values: float) -> tuple[float, ...]:
-        import torch.distributed as dist
-
-        t = torch.tensor(list(values), dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return tuple(t.tolist())
 
     def _emit(self, step: int, o: dict[str, Any], gres: Any) -> None:
         """The grad-norm probe emits train_step (its fields + the step's numbers); training phase, trainer throughput."""
