@@ -303,6 +303,11 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("rlobs_build_info", "gauge", "1", "Always 1; the rlobs version, record schema and Python of this process "
        "in labels (join on run, component to see what each process runs).",
        ("rlobs_version", "schema_version", "python_version")),
+    # --- early-warning signals (issue 18: the precursor alerts read them) ---
+    _m("rlobs_policy_entropy", "gauge", "1", "Mean token entropy of the policy on the last training batch.",
+       (), S("train_step", "set", "entropy", finite_only=True)),
+    _m("rlobs_reference_kl", "gauge", "1", "Mean per-token KL to the reference policy (k3) on the last batch.",
+       (), S("train_step", "set", "kl", finite_only=True)),
 )
 
 CATALOGUE: Mapping[str, MetricSpec] = {m.name: m for m in METRICS}

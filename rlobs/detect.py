@@ -39,7 +39,9 @@ MAD_TO_SIGMA = 1.4826
 NO_GRADIENT = 1e-8  # a grad norm at or below this is a step without gradient, never a baseline value
 
 # the one spike-detector setting (live probe, doctor, app, alert all read it)
-SPIKE: dict[str, float] = {"window": 50, "warmup": 5, "threshold": 6.0, "min_sigma": 0.05, "min_ratio": 3.0,
+# warmup 4: a spike at step 4 is judged against steps 0-3 (with 5, the held-out grad_spike runs with onset 4 had
+# no baseline yet at the spike and were missed; the prior on sigma keeps a 4-value baseline conservative)
+SPIKE: dict[str, float] = {"window": 50, "warmup": 4, "threshold": 6.0, "min_sigma": 0.05, "min_ratio": 3.0,
                            "prior_sigma": 0.5, "prior_n": 10}
 
 
@@ -206,3 +208,162 @@ def level_shift(series: Sequence[tuple[int, float]], at: int, *, before: int = 8
     sigma = max(sigma, min_sigma_rel * abs(med), min_sigma_abs)
     a = float(np.median(post))
     return Shift(med, a, sigma, (a - med) / sigma, n, len(post))
+
+
+# ---------- drift: a sustained trend away from the run's own early level (early-warning precursors) ----------
+# CUSUM and effect defaults; the precursor rules (rlobs.doctor.rules.precursors) override per signal from the
+# failure table, chosen on the calibration runs of bench/early_warning.py
+DRIFT: dict[str, float] = {"baseline": 5, "skip": 1, "k": 1.0, "h": 8.0, "min_rel": 0.1, "min_abs": 1e-3,
+                           "window": 6, "min_effect": 0.3}
+
+
+def theil_sen(points: Sequence[tuple[float, float]]) -> float | None:
+    """Median of the pairwise slopes (robust to a few outliers); None with fewer than 2 points."""
+    slopes = [(y2 - y1) / (x2 - x1) for i, (x1, y1) in enumerate(points) for x2, y2 in points[i + 1:] if x2 != x1]
+    return _median(sorted(slopes)) if slopes else None
+
+
+@dataclass(frozen=True, slots=True)
+class Drift:
+    """A sustained departure of a series from its early level, judged online at ``step``.
+
+    ``onset``: the change-point estimate (the step the CUSUM last left zero); ``base``/``sigma``: the early
+    level and its noise; ``level``: median of the last ``window`` values; ``effect``: relative change of that
+    level vs ``base`` (signed, in the direction watched); ``slope``: Theil-Sen slope per step over the last
+    ``window`` values (of log(value) for a log-scale detector); ``eta``: steps until the level reaches ``target``
+    at that slope (0 when it already has, None when it is not heading there)."""
+
+    step: int
+    onset: int
+    base: float
+    sigma: float
+    level: float
+    effect: float
+    cusum: float
+    slope: float | None
+    eta: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"step": self.step, "onset": self.onset, "base": self.base, "sigma": self.sigma, "level": self.level,
+                "effect": self.effect, "cusum": self.cusum, "slope": self.slope, "eta": self.eta}
+
+
+class DriftDetector:
+    """Online one-sided CUSUM of a per-step series against its own early level (change-point detection).
+
+    The first ``skip`` values are ignored (step 0 is the warm start, not the run), the next ``baseline``
+    values give the level (median) and noise (1.4826 x MAD, floored at ``min_rel`` x |level| and ``min_abs``:
+    a constant early history is not zero noise). Then each value adds ``direction x (x - base) / sigma - k``
+    to a sum floored at 0 (``k``: the allowance, in sigmas, that noise uses up); the detector alarms when the
+    sum exceeds ``h`` AND the median of the last ``window`` values has moved at least ``min_effect`` relative
+    to the base (``log=True``: on log(value), effect as a ratio - 1). One outlier cannot do it: ``h`` needs
+    several values beyond ``k`` sigmas, and the effect is a median. ``target`` (in the value's units): the
+    level where the failure shows; ``eta`` is the time to it at the recent slope.
+
+    ``lag`` > 0: a *fast* drift instead: the reference is the ``baseline`` values ending ``lag`` steps before the
+    current one (it moves with the run), and the detector alarms when the recent median is ``h`` sigmas and
+    ``min_effect`` away from it (no CUSUM): a slow trend, which a run that learns has, never builds up."""
+
+    def __init__(self, direction: int, *, baseline: int = int(DRIFT["baseline"]), skip: int = int(DRIFT["skip"]),
+                 k: float = DRIFT["k"], h: float = DRIFT["h"], min_rel: float = DRIFT["min_rel"],
+                 min_abs: float = DRIFT["min_abs"], window: int = int(DRIFT["window"]),
+                 min_effect: float = DRIFT["min_effect"], log: bool = False, target: float | None = None,
+                 lag: int = 0):
+        if direction not in (1, -1):
+            raise ValueError("direction must be +1 (rising is bad) or -1 (falling is bad)")
+        if baseline < 3 or window < 2:
+            raise ValueError(f"need baseline >= 3 and window >= 2, got {baseline}, {window}")
+        self.direction, self.baseline, self.skip = direction, int(baseline), int(skip)
+        self.k, self.h, self.min_rel, self.min_abs = float(k), float(h), float(min_rel), float(min_abs)
+        self.window, self.min_effect, self.log, self.target = int(window), float(min_effect), bool(log), target
+        self._early: list[float] = []
+        self._recent: deque[tuple[int, float]] = deque(maxlen=self.window)
+        self.base: float | None = None
+        self.sigma: float | None = None
+        self.cusum = 0.0
+        self._onset: int | None = None
+        self.seen = 0
+        self.lag = int(lag)
+        self._hist: deque[tuple[int, float]] = deque(maxlen=self.baseline + self.lag + self.window)
+
+    def _tx(self, v: float) -> float:
+        return math.log(max(v, NO_GRADIENT)) if self.log else v
+
+    def push(self, step: int, value: float | None) -> Drift | None:
+        """Add one step's value; the alarm (a ``Drift``) when the detector fires at this step, else None."""
+        if value is None or not math.isfinite(value) or (self.log and value <= NO_GRADIENT):
+            return None  # a missing / non-finite / no-gradient step is neither evidence nor baseline
+        self.seen += 1
+        if self.seen <= self.skip:
+            return None
+        x = self._tx(float(value))
+        if self.lag > 0:
+            return self._push_rolling(step, x)
+        if self.base is None:
+            self._early.append(x)
+            if len(self._early) == self.baseline:
+                med, sig, _ = robust_baseline(self._early)
+                self.base = med
+                self.sigma = max(sig, self.min_rel * abs(med), self.min_abs)
+            return None
+        assert self.sigma is not None
+        self._recent.append((step, x))
+        z = self.direction * (x - self.base) / self.sigma
+        prev = self.cusum
+        self.cusum = max(0.0, self.cusum + z - self.k)
+        if prev == 0.0 and self.cusum > 0.0:
+            self._onset = step
+        elif self.cusum == 0.0:
+            self._onset = None
+        if self.cusum <= self.h or len(self._recent) < min(self.window, 3):
+            return None
+        level = _median(sorted(v for _, v in self._recent))
+        if self.log:
+            effect = math.exp(self.direction * (level - self.base)) - 1.0
+        else:
+            effect = self.direction * (level - self.base) / max(abs(self.base), self.min_abs)
+        if effect < self.min_effect:
+            return None
+        slope = theil_sen(list(self._recent))
+        eta = None
+        if self.target is not None:
+            tgt = self._tx(self.target)
+            gap = self.direction * (tgt - level)
+            if gap <= 0:
+                eta = 0.0
+            elif slope is not None and self.direction * slope > 0:
+                eta = gap / (self.direction * slope)
+        back = math.exp if self.log else float
+        # slope (and sigma) stay on the detector's scale: per step of log(value) with log=True
+        return Drift(step, self._onset if self._onset is not None else step, back(self.base),
+                     self.sigma, back(level), effect, self.cusum, slope, eta)
+
+
+    def _push_rolling(self, step: int, x: float) -> Drift | None:
+        self._hist.append((step, x))
+        self._recent.append((step, x))
+        if len(self._hist) < self.baseline + self.lag:
+            return None
+        ref = [v for _, v in list(self._hist)[-(self.baseline + self.lag):-self.lag]]
+        med, sig, _ = robust_baseline(ref)
+        self.base, self.sigma = med, max(sig, self.min_rel * abs(med), self.min_abs)
+        level = _median(sorted(v for _, v in self._recent))
+        z = self.direction * (level - med) / self.sigma
+        self.cusum = max(0.0, z)  # the recent median's distance, in sigmas (reported as the CUSUM field)
+        if z <= self.h:
+            return None
+        if self.log:
+            effect = math.exp(self.direction * (level - med)) - 1.0
+        else:
+            effect = self.direction * (level - med) / max(abs(med), self.min_abs)
+        if effect < self.min_effect:
+            return None
+        slope = theil_sen(list(self._recent))
+        back = math.exp if self.log else float
+        return Drift(step, self._recent[0][0], back(med), self.sigma, back(level), effect, z, slope, None)
+
+
+def drifts(points: Iterable[tuple[int, float | None]], direction: int, **params: Any) -> list[Drift]:
+    """The online detector run over a whole (step, value) series: every step it alarms on, in order."""
+    det = DriftDetector(direction, **params)
+    return [d for d in (det.push(s, v) for s, v in points) if d is not None]

@@ -50,6 +50,12 @@ def _f(id: str, severity: str, alert_for: str | None, rule: bool = True, thresho
     return Failure(id, severity, alert_for, rule, dict(thresholds or {}), dict(alert_thresholds or {}), metrics)
 
 
+# the precursor rules' drift detector (rlobs.detect.DriftDetector, fast-drift mode): the median of the last
+# ``window`` steps vs the median of the ``baseline`` steps ending ``lag`` steps earlier, ``h`` robust sigmas (noise
+# floored at ``min_rel`` x level and ``min_abs``) and ``min_effect`` apart; chosen on the calibration runs of
+# bench/early_warning.py (README, "Early warning"). ``k`` is unused in this mode.
+_DRIFT = {"lag": 3, "baseline": 4, "window": 3, "skip": 0, "h": 3.0, "k": 1.0, "min_rel": 0.1, "min_abs": 1e-3}
+
 FAILURES: dict[str, Failure] = {f.id: f for f in (
     # liveness
     _f("process-down", "critical", "30s", rule=False),
@@ -66,7 +72,7 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("ledger-samples-repeated", "critical", "0m"),
     _f("ledger-samples-skipped", "critical", None),
     _f("selection-bias", "warning", None, thresholds={"length_ratio": 1.5, "reward_gap": 0.25, "min_drop_share": 0.1,
-                                                      "min_samples": 20, "z": 4.0},
+                                                      "min_samples": 20, "z": 4.0, "warn_drop_share": 0.5},
        metrics=("rlobs_samples_total", "rlobs_goodput_tokens_total", "rlobs_rollout_completion_tokens")),
     # weight sync
     _f("weight-sync-boundary-failed", "critical", "0m"),
@@ -86,7 +92,7 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("response-length-clipped", "warning", None),
     # graders and throughput
     _f("grader-timeouts", "warning", "2m", thresholds={"share": 0.05}),
-    _f("grader-slow", "warning", "2m", thresholds={"ratio": 3.0, "min_seconds": 0.25}),
+    _f("grader-slow", "warning", "2m", thresholds={"ratio": 3.0, "min_seconds": 0.1}),
     _f("grader-backlog", "warning", "1m", rule=False, alert_thresholds={"ratio": 0.5, "min_seconds": 2.0}),
     _f("grader-hung", "critical", "2m"),
     _f("grading-dominates-step", "warning", None),
@@ -97,6 +103,20 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("parity-drift", "warning", "2m", thresholds={"warn": 0.005, "critical": 0.01}),
     _f("parity-config-mismatch", "critical", "0m"),
     _f("parity-prob-drift", "warning", None),
+    # early warning (issue 18): precursors of a coming collapse, before the reward shows it
+    # (rlobs.doctor.rules.precursors; live alerts compare the last minutes with the run's first ones)
+    _f("precursor-grad-norm-drift", "warning", "1m", thresholds={**_DRIFT, "min_effect": 1.0, "impact_ratio": 10.0}),
+    _f("precursor-entropy-decline", "warning", "1m",
+       thresholds={**_DRIFT, "min_effect": 0.25, "impact_ratio": 0.2, "learning_gain": 0.05}),
+    _f("precursor-importance-truncation", "warning", "1m",
+       thresholds={**_DRIFT, "min_abs": 0.005, "min_effect": 1.0, "impact_share": 0.5}),
+    # KL climbs steadily from its first steps (no run that learns has a KL term here to be its own yardstick):
+    # CUSUM against the early level (lag 0) rather than the fast-drift window
+    _f("precursor-kl-creep", "warning", "1m", thresholds={**_DRIFT, "lag": 0, "k": 0.5, "h": 4.0,
+                                                          "min_effect": 1.0, "impact_ratio": 10.0}),
+    _f("precursor-zero-std-rising", "warning", "1m",
+       thresholds={**_DRIFT, "min_abs": 0.05, "min_effect": 1.0, "min_level": 0.6, "impact_share": 0.75,
+                   "learning_gain": 0.05, "solved_reward": 0.6}),
 )}
 
 

@@ -12,8 +12,8 @@ Thresholds are ``AlertThresholds`` fields with field-derived defaults; change th
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Mapping
 
 from rlobs.dashboards.model import to_yaml
 from rlobs.dashboards.selectors import (
@@ -444,6 +444,114 @@ RULES: tuple[AlertRule, ...] = (
                      "7", labels={"reason": "queue_full"}, not_yet_min=7, firing_min=8)),
 )
 
+
+
+# ---------- early warning (issue 18): precursors of a collapse, live ----------
+# The doctor's precursor rules (rlobs.doctor.rules.precursors) judge a run's steps against its own early steps
+# with a CUSUM; live, the same notion on the last ``recent`` minutes vs the ``history`` before them: the median
+# of the window moved by the failure table's ``min_effect`` (a median: one odd batch is not a trend), with the
+# same learning guards (entropy and zero-std shares fall / rise in a run that learns: silent while the reward
+# climbs by ``learning_gain``, and for zero-std groups while the reward is above ``solved_reward``).
+PRECURSOR_WINDOWS = {"recent": "10m", "history": "1h"}
+
+
+def _median_now(name: str, recent: str) -> str:
+    return agg("max", f"quantile_over_time(0.5, {series(name, ALERT)}[{recent}])", GROUP)
+
+
+def _median_before(name: str, recent: str, history: str) -> str:
+    return agg("max", f"quantile_over_time(0.5, {series(name, ALERT)}[{history}] offset {recent})", GROUP)
+
+
+def _reward_not_climbing(recent: str, history: str, gain: float) -> str:
+    now = agg("max", f"avg_over_time({series('rlobs_reward_mean', ALERT)}[{recent}])", GROUP)
+    before = agg("max", f"avg_over_time({series('rlobs_reward_mean', ALERT)}[{history}] offset {recent})", GROUP)
+    return f"({now} < {before} + {gain:g})"
+
+
+def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
+                    history: str = PRECURSOR_WINDOWS["history"]) -> tuple[AlertRule, ...]:
+    """The five precursor alerts. ``recent``/``history``: the committed rules use the defaults (a run whose steps
+    take tens of seconds or more); a test that replays a recorded run faster scales them (and their ``for``)."""
+    from rlobs.failures import failure
+
+    def th(fid: str) -> Mapping[str, float]:
+        return failure(fid).thresholds
+
+    def f(fid: str) -> str:
+        return str(failure(fid).alert_for)
+
+    on = f" and on ({', '.join(GROUP)}) "
+    g, e, i, k, z = (th("precursor-grad-norm-drift"), th("precursor-entropy-decline"),
+                     th("precursor-importance-truncation"), th("precursor-kl-creep"), th("precursor-zero-std-rising"))
+    win = f"the last {recent} vs the {history} before"
+    out = (
+        AlertRule(
+            "precursor-grad-norm-drift", "warning",
+            running(f"{_median_now('rlobs_grad_norm', recent)} > {1 + g['min_effect']:g} * "
+                    f"{_median_before('rlobs_grad_norm', recent, history)}"), f("precursor-grad-norm-drift"),
+            "Early warning: grad norm drifting up, divergence ahead ({{ $labels.run }})",
+            "The median pre-clip grad norm of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | "
+            f"humanize }}}} over {win}, over {1 + g['min_effect']:g}x its earlier median: updates grow step after "
+            "step, the precursor of a divergence (reward break, entropy collapse). Lower the learning rate.",
+            PromtoolCase((("rlobs_grad_norm", {}, "0.5x70 0.5+0.1x20"),), "1.7",
+                         not_yet_min=70, firing_min=88)),
+        AlertRule(
+            "precursor-entropy-decline", "warning",
+            running(f"({_median_now('rlobs_policy_entropy', recent)} < {1 - e['min_effect']:g} * "
+                    f"{_median_before('rlobs_policy_entropy', recent, history)}){on}"
+                    f"{_reward_not_climbing(recent, history, e['learning_gain'])}"), f("precursor-entropy-decline"),
+            "Early warning: entropy falling without learning, collapse ahead ({{ $labels.run }})",
+            "The median policy entropy of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | humanize }} "
+            f"over {win}, under {1 - e['min_effect']:g}x its earlier median, while the training reward is not "
+            f"climbing (< +{e['learning_gain']:g}): the policy sharpens without learning, the precursor of an "
+            "entropy collapse. Raise the temperature or add an entropy bonus; lower the learning rate.",
+            PromtoolCase((("rlobs_policy_entropy", {}, "1x70 1-0.04x20"), ("rlobs_reward_mean", {}, "0.3x90")),
+                         "520m", not_yet_min=70, firing_min=88)),
+        AlertRule(
+            "precursor-importance-truncation", "warning",
+            running(f"{_median_now('rlobs_importance_clipped_ratio', recent)} > {1 + i['min_effect']:g} * "
+                    f"{_median_before('rlobs_importance_clipped_ratio', recent, history)} + {i['min_abs']:g}"),
+            f("precursor-importance-truncation"),
+            "Early warning: more tokens need importance truncation, off-policy divergence ahead ({{ $labels.run }})",
+            "The median share of tokens whose importance ratio was truncated in {{ $labels.component }} (run "
+            "{{ $labels.run }}) is {{ $value | humanizePercentage }} over " + win + ", over "
+            f"{1 + i['min_effect']:g}x its earlier median + {i['min_abs']:g}: generator and trainer policies drift "
+            "apart (staleness), the precursor of an off-policy divergence. Tighten max staleness; keep IS truncation on.",
+            PromtoolCase((("rlobs_importance_clipped_ratio", {}, "0.01x70 0.01+0.01x20"),), "13%",
+                         not_yet_min=70, firing_min=88)),
+        AlertRule(
+            "precursor-kl-creep", "warning",
+            running(f"{_median_now('rlobs_reference_kl', recent)} > {1 + k['min_effect']:g} * "
+                    f"{_median_before('rlobs_reference_kl', recent, history)} + {k['min_abs']:g}"),
+            f("precursor-kl-creep"),
+            "Early warning: KL to the reference creeping up, blow-up ahead ({{ $labels.run }})",
+            "The median KL to the reference of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | "
+            f"humanize }}}} over {win}, over {1 + k['min_effect']:g}x its earlier median: the KL penalty no longer "
+            "holds the policy, the precursor of a KL blow-up. Raise kl_coef or lower the learning rate.",
+            PromtoolCase((("rlobs_reference_kl", {}, "0.01x70 0.01+0.01x20"),), "130m",
+                         not_yet_min=70, firing_min=88)),
+        AlertRule(
+            "precursor-zero-std-rising", "warning",
+            running(f"({_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} > {1 + z['min_effect']:g} * "
+                    f"{_median_before('rlobs_advantage_zero_std_groups_ratio', recent, history)} + {z['min_abs']:g} "
+                    f"and {_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} > {z['min_level']:g})"
+                    f"{on}{_reward_not_climbing(recent, history, z['learning_gain'])}{on}"
+                    f"({agg('max', 'avg_over_time(' + series('rlobs_reward_mean', ALERT) + '[' + recent + '])', GROUP)}"
+                    f" < {z['solved_reward']:g})"), f("precursor-zero-std-rising"),
+            "Early warning: more GRPO groups without signal while the reward is low ({{ $labels.run }})",
+            "The median share of zero-std groups of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | "
+            "humanizePercentage }} over " + win + f", over {1 + z['min_effect']:g}x its earlier median + "
+            f"{z['min_abs']:g} and over {z['min_level']:.0%}, while the reward is neither climbing nor above {z['solved_reward']:g}: the policy "
+            "collapses onto identical (wrong) answers and learning is about to stop. Raise the temperature or the "
+            "group size; lower the learning rate.",
+            PromtoolCase((("rlobs_advantage_zero_std_groups_ratio", {}, "0.1x70 0.1+0.05x20"),
+                          ("rlobs_reward_mean", {}, "0.2x90")), "70%", not_yet_min=70, firing_min=88)),
+    )
+    return out
+
+
+RULES = RULES + precursor_rules()
 ALERT_IDS: tuple[str, ...] = tuple(r.id for r in RULES)
 if len(set(ALERT_IDS)) != len(ALERT_IDS):
     raise ValueError("alert ids repeat")

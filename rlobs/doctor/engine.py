@@ -2,8 +2,9 @@
 
 Ranking: when a finding's rule lists another rule in ``causes`` and both fired, with the cause's onset
 no later than the symptom's (plus ``ONSET_SLACK`` steps), the symptom is marked ``explained_by`` the
-cause and the cause's chain lists it. Roots come first, then by severity, onset step and rule id, so
-the output is deterministic for the same record.
+cause and the cause's chain lists it. Roots come first, then by severity, then failures that happened
+before early warnings (a precursor predicts a failure; once that or another failure is found at the same
+severity, it leads), then onset step and rule id, so the output is deterministic for the same record.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from rlobs.doctor.model import Finding, Insufficient, Rule, Severity, registry
 from rlobs.store import RunRecord
 
 ONSET_SLACK = 2
+EARLY_WARNING = "early_warning"  # the precursor rules' concern (rlobs.doctor.rules.precursors)
 
 
 @dataclass
@@ -186,9 +188,13 @@ def rank(findings: list[Finding], rules: Mapping[str, Rule]) -> list[Finding]:
             f.confidence = min(0.95, round(f.confidence + 0.1 * len(f.explains), 2))
             f.explains = sorted(set(f.explains))
 
+    def early(f: Finding) -> bool:  # a precursor predicts a failure; one that happened outranks it
+        r = rules.get(f.rule)
+        return r is not None and r.concern == EARLY_WARNING
+
     def key(f: Finding) -> tuple:
         root = root_of(f, set())
-        return (f.explained_by is not None, -int(root.severity), _onset(root), root.rule, -int(f.severity),
-                _onset(f), f.rule, f.title)
+        return (f.explained_by is not None, -int(root.severity), early(root), _onset(root), root.rule,
+                -int(f.severity), _onset(f), f.rule, f.title)
 
     return sorted(ordered, key=key)

@@ -1,4 +1,4 @@
 """Doctor rules, one module per concern. Importing this package registers them all."""
 
-from rlobs.doctor.rules import (advantage, aggregates, graders, gradnorm, ledger, parity, record,  # noqa: F401
-                                selection, staleness, throughput, weight_sync)
+from rlobs.doctor.rules import (advantage, aggregates, graders, gradnorm, ledger, parity, precursors,  # noqa: F401
+                                record, selection, staleness, throughput, weight_sync)

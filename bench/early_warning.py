@@ -1,0 +1,291 @@
+"""Early warning: does the doctor flag a coming collapse before the reward shows it, and how early?
+
+    python bench/early_warning.py run  [--only NAME,...]     # train the matrix (trainer_ref, real collapses)
+    python bench/early_warning.py eval                       # judge the records, write bench/results/early_warning.*
+    python bench/early_warning.py extract --only A,B --expect A=precursor-x,...  # per-step signals -> test data
+
+Each run is a real ``python -m trainer_ref.run`` on ``tiny-packed`` (no injected telemetry, no fault): a class of
+collapse is a configuration that collapses on its own (``CLASSES``), and healthy runs use the settings that learn
+(lr 3e-4, ``bench/trainer_learning.py``) for the same number of steps.
+
+The drop (stated, per run): the first step where the training reward's trailing ``SMOOTH``-step mean is
+``DROP`` (absolute) below its running peak, or a held-out exact-match evaluation (every 5 steps, 32 prompts x 4)
+is ``DROP`` below the best one before it; a run without such a step did not collapse.
+
+The warning: the five precursor rules (``rlobs.doctor.rules.precursors``) replayed over the record step by step as
+it grew (``precursors.replay``: each step judged with only the steps up to it; the rules' detectors are online, so
+this is what ``rlobs doctor --follow`` would have printed at that step). Lead time = drop step - first warning
+step. A class is detected in a run when a warning comes strictly before the drop. Every warning on a healthy run
+counts as a false warning.
+
+Thresholds live in the failure table (``rlobs.failures``); they were chosen on the ``calibration`` split (seed 0 of
+every class and two healthy runs) and the tables report the ``heldout`` split (other seeds) separately.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+DROP = 0.15  # absolute fall of the reward (0..1) that counts as the collapse showing
+SMOOTH = 5  # trailing mean of the training reward, steps
+STEPS = 40
+COMMON = ["--model", "tiny-packed", "--eval-every", "5", "--eval-prompts", "32", "--no-progress"]
+SYNC = ["--mode", "sync", "--deterministic"]
+# class -> (what collapses, trainer_ref flags)
+CLASSES: dict[str, tuple[str, list[str]]] = {
+    "lr-too-high": ("learning rate 1.5e-3, 5x the one that learns", [*SYNC, "--lr", "1.5e-3"]),
+    "lr-warmup-too-high": ("linear warm-up from 3e-4 to a 3e-3 peak over 30 steps",
+                           [*SYNC, "--lr", "3e-4", "--lr-peak", "3e-3", "--lr-warmup-steps", "30"]),
+    "kl-blow-up": ("KL term on (kl_coef 0.05) with a learning rate 10x", [*SYNC, "--lr", "3e-3", "--kl-coef", "0.05"]),
+    "staleness-no-is": ("separate_async, importance correction off, max staleness 8, lr 1e-3",
+                        ["--mode", "separate_async", "--lr", "1e-3", "--tis-cap", "0", "--max-staleness", "8"]),
+}
+# tried on one seed and left out of the matrix (they did not collapse in 40-60 steps; README "Early warning"):
+# reward hacking with the flawed 'verbose' grader at lr 1e-3 (held-out 0.22 -> 0.67: the loophole was not found),
+# entropy collapse by sampling at T 0.5 at lr 1e-3 (held-out 0.27 -> 0.73); and lr 3e-3 / 1e-2 collapse within the
+# first 5 steps (held-out 0.22 -> 0.05 / 0.0 at the first evaluation): no room for a warning before the drop.
+HEALTHY = [*SYNC, "--lr", "3e-4"]
+CALIBRATION_SEEDS = (0,)
+HELDOUT_SEEDS = (1, 2)
+HEALTHY_SEEDS = {"calibration": (0, 1), "heldout": (2, 3, 4, 5)}
+
+
+def _flags(run_dir: Path) -> list[str]:
+    cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
+    keys = ("mode", "lr", "lr_peak", "lr_warmup_steps", "temperature", "kl_coef", "tis_cap", "max_staleness", "grader",
+            "steps", "seed")
+    return [x for k in keys if k in cfg for x in (f"--{k.replace('_', '-')}", str(cfg[k]))]
+
+
+def matrix(classes: list[str] | None = None) -> list[dict]:
+    out = []
+    for cls in classes or list(CLASSES):
+        for split, seeds in (("calibration", CALIBRATION_SEEDS), ("heldout", HELDOUT_SEEDS)):
+            out += [{"name": f"{cls}-s{s}", "class": cls, "split": split, "seed": s, "args": CLASSES[cls][1]}
+                    for s in seeds]
+    for split, seeds in HEALTHY_SEEDS.items():
+        out += [{"name": f"healthy-s{s}", "class": "healthy", "split": split, "seed": s, "args": HEALTHY}
+                for s in seeds]
+    return out
+
+
+def train(entry: dict, runs: Path, steps: int) -> dict:
+    run_dir = runs / entry["name"]
+    done = run_dir / "early_warning_run.json"
+    if done.is_file():
+        return json.loads(done.read_text())
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "local"}
+    for attempt in range(3):  # a Ray start timeout under load is the machine, not the run: retry
+        shutil.rmtree(run_dir, ignore_errors=True)
+        t0 = time.time()
+        log = runs / f"{entry['name']}.log"
+        with open(log, "wb") as f:
+            rc = subprocess.call(["nice", "-n", "15", sys.executable, "-m", "trainer_ref.run", *COMMON, "--steps",
+                                  str(steps), "--seed", str(entry["seed"]), "--run-dir", str(run_dir), *entry["args"]],
+                                 cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
+        if rc == 0 or b"timed out during startup" not in log.read_bytes():
+            break
+    info = {**entry, "rc": rc, "seconds": round(time.time() - t0, 1), "attempts": attempt + 1}
+    if rc == 0:
+        done.write_text(json.dumps(info))
+    return info
+
+
+def drop_step(reward: list[tuple[int, float]], evals: list[tuple[int, float]]) -> tuple[int | None, str]:
+    """First step the collapse shows (see the module doc), and which signal showed it."""
+    first, why = None, ""
+    peak = None
+    for i in range(SMOOTH - 1, len(reward)):
+        s = reward[i][0]
+        m = statistics.fmean(v for _, v in reward[i - SMOOTH + 1:i + 1])
+        if peak is not None and m <= peak - DROP:
+            first, why = s, f"training reward {SMOOTH}-step mean {m:.3f} <= peak {peak:.3f} - {DROP}"
+            break
+        peak = m if peak is None else max(peak, m)
+    best = None
+    for s, v in evals:
+        if best is not None and v <= best - DROP:
+            if first is None or s < first:
+                first, why = s, f"held-out success {v:.3f} <= best {best:.3f} - {DROP}"
+            break
+        best = v if best is None else max(best, v)
+    return first, why
+
+
+def judge(run_dir: Path) -> dict:
+    from rlobs.doctor import diagnose
+    from rlobs.doctor.context import RunContext
+    from rlobs.doctor.rules.precursors import PRECURSORS, replay, series
+    from rlobs.store import open_run
+
+    rec = open_run(run_dir)
+    try:
+        ctx = RunContext(rec)
+        reward = series(ctx, "reward")
+        evals = [(int(s), float(v)) for s, v in rec.sql(
+            "SELECT step, avg(value) FROM scalar WHERE name = 'eval_reward_mean' GROUP BY step ORDER BY step").fetchall()]
+        t0 = time.perf_counter()
+        first = replay(ctx)
+        replay_s = time.perf_counter() - t0
+        report = diagnose(rec, rule_ids=list(PRECURSORS))
+        whole = {f.rule: f.first_step for f in report.findings}
+        findings = [{"rule": f.rule, "step": f.first_step, "title": f.title} for f in report.findings]
+    finally:
+        rec.close()
+    warned = {k: v for k, v in first.items() if v is not None}
+    warn = min(warned.values()) if warned else None
+    drop, why = drop_step(reward, evals)
+    return {"steps": len(reward), "reward": [round(v, 4) for _, v in reward], "evals": evals,
+            "drop_step": drop, "drop_why": why, "first_warning": warn,
+            "first_rule": min(warned, key=lambda k: (warned[k], k)) if warned else None, "per_rule": first,
+            "whole_record_first_step": whole, "replay_equals_whole_record": all(whole.get(k) == v for k, v in first.items()),
+            "findings": findings, "replay_seconds": round(replay_s, 3)}
+
+
+def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
+    """The per-step signals of finished runs -> tests/early_warning/data/collapse_runs.json (the live-alert test
+    replays them into a real Prometheus)."""
+    from rlobs.doctor.context import RunContext
+    from rlobs.doctor.rules.precursors import series
+    from rlobs.store import open_run
+
+    out = {"source": "bench/early_warning.py extract (real trainer_ref runs, tiny-packed, no injected fault)",
+           "runs": {}}
+    for e in entries:
+        rec = open_run(runs / e["name"])
+        try:
+            ctx = RunContext(rec)
+            cols = {k: dict(series(ctx, k)) for k in ("reward", "grad_norm", "entropy", "kl", "zero_std", "is_clipped")}
+        finally:
+            rec.close()
+        steps = sorted(cols["reward"])
+        out["runs"][e["name"]] = {
+            "class": e["class"], "what": CLASSES[e["class"]][0] if e["class"] in CLASSES else
+            "healthy (lr 3e-4)" if e["class"] == "healthy" else "exploratory: " + " ".join(e["args"]),
+            "args": e["args"], "seed": e["seed"],
+            "expect": [x for x in expect.get(e["name"], "").split("+") if x],
+            "steps": [{"step": s, **{k: round(v[s], 6) for k, v in cols.items() if s in v}} for s in steps]}
+    path = ROOT / "tests/early_warning/data/collapse_runs.json"
+    path.write_text(json.dumps(out, indent=1) + "\n")
+    print(f"wrote {path} ({len(out['runs'])} runs)")
+
+
+def summarise(rows: list[dict]) -> dict:
+    out: dict = {}
+    for split in ("calibration", "heldout", "all"):
+        sel = [r for r in rows if r["class"] != "exploratory" and (split == "all" or r["split"] == split)]
+        classes: dict = {}
+        for cls in sorted({r["class"] for r in sel if r["class"] != "healthy"}):
+            rs = [r for r in sel if r["class"] == cls]
+            collapsed = [r for r in rs if r["drop_step"] is not None]
+            early = [r for r in collapsed if r["first_warning"] is not None and r["first_warning"] < r["drop_step"]]
+            leads = [r["drop_step"] - r["first_warning"] for r in early]
+            classes[cls] = {"runs": len(rs), "collapsed": len(collapsed), "warned_early": len(early),
+                            "detection_rate": round(len(early) / len(collapsed), 3) if collapsed else None,
+                            "leads": leads, "median_lead": statistics.median(leads) if leads else None,
+                            "misses": [r["name"] for r in collapsed if r not in early],
+                            "warned_without_drop": [r["name"] for r in rs if r["drop_step"] is None
+                                                    and r["first_warning"] is not None],
+                            "no_collapse": [r["name"] for r in rs if r["drop_step"] is None]}
+        healthy = [r for r in sel if r["class"] == "healthy"]
+        all_leads = [x for c in classes.values() for x in c["leads"]]
+        out[split] = {"classes": classes, "median_lead_all": statistics.median(all_leads) if all_leads else None,
+                      "healthy_runs": len(healthy),
+                      "healthy_with_warning": [r["name"] for r in healthy if r["first_warning"] is not None],
+                      "healthy_warnings": sum(sum(1 for v in r["per_rule"].values() if v is not None) for r in healthy),
+                      "healthy_that_dropped": [r["name"] for r in healthy if r["drop_step"] is not None]}
+    return out
+
+
+def markdown(res: dict) -> str:
+    intro = (f"Drop: training reward {SMOOTH}-step mean {DROP} below its running peak, or held-out exact-match "
+             f"success {DROP} below its best (evaluated every 5 steps). Warning: first precursor finding, records "
+             "replayed step by step as they grew. Lead = drop step - warning step.")
+    lines = ["# Early warning (bench/early_warning.py)", "", intro, ""]
+    for split in ("calibration", "heldout"):
+        s = res["summary"][split]
+        head = ("| class | runs | collapsed | warned before the drop | detection | leads (steps) | median lead | "
+                "warned, no drop in 40 steps |")
+        lines += [f"## {split} split", "", head, "|---|---|---|---|---|---|---|---|"]
+        for cls, c in s["classes"].items():
+            det = f"{c['detection_rate']:.0%}" if c["detection_rate"] is not None else "n/a"
+            lines.append(f"| {cls} | {c['runs']} | {c['collapsed']} | {c['warned_early']} | {det} | "
+                         f"{', '.join(map(str, c['leads'])) or '-'} | {c['median_lead'] if c['median_lead'] is not None else '-'} | "
+                         f"{', '.join(c['warned_without_drop']) or '-'} |")
+        tail = (f"Median lead over every detected collapse: {s['median_lead_all']}; healthy runs: "
+                f"{s['healthy_runs']}, with a warning: {len(s['healthy_with_warning'])} "
+                f"({', '.join(s['healthy_with_warning']) or 'none'}; {s['healthy_warnings']} warnings in all).")
+        lines += ["", tail, ""]
+    lines += ["## Runs (split exploratory: settings tried on one seed, listed apart and never counted)", "", "| run | split | drop step (why) | first warning (rule) | lead |", "|---|---|---|---|---|"]
+    for r in res["runs"]:
+        lead = (r["drop_step"] - r["first_warning"]) if r["drop_step"] is not None and r["first_warning"] is not None else "-"
+        lines.append(f"| {r['name']} | {r['split']} | {r['drop_step']} ({r['drop_why'] or 'no drop'}) | "
+                     f"{r['first_warning']} ({r['first_rule'] or '-'}) | {lead} |")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cmd", choices=("run", "eval", "extract"))
+    ap.add_argument("--expect", default="", help="extract: RUN=RULE[+RULE] pairs (the live alerts the test expects)")
+    ap.add_argument("--runs", default="/tmp/rlobs-early-warning", help="where the run records go")
+    ap.add_argument("--only", default="", help="comma-separated run names (default: the whole matrix)")
+    ap.add_argument("--classes", default="", help="comma-separated classes (default: all)")
+    ap.add_argument("--steps", type=int, default=STEPS)
+    ap.add_argument("--extra", default="", help="eval: comma-separated exploratory runs to judge and list apart "
+                                                "(settings tried and left out of the matrix; never counted)")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/early_warning"))
+    args = ap.parse_args()
+    runs = Path(args.runs)
+    runs.mkdir(parents=True, exist_ok=True)
+    entries = matrix([c for c in args.classes.split(",") if c] or None)
+    if args.only:
+        names = args.only.split(",")
+        known = {e["name"] for e in entries}
+        # a run outside the matrix (an exploratory setting): its flags from the record's manifest
+        entries = [e for e in entries if e["name"] in names] + [
+            {"name": n, "class": "exploratory", "split": "exploratory", "seed": None, "args": _flags(runs / n)}
+            for n in names if n not in known]
+    if args.cmd == "run":
+        for e in entries:
+            info = train(e, runs, args.steps)
+            print(json.dumps({k: info[k] for k in ("name", "rc", "seconds", "attempts") if k in info}), flush=True)
+        return
+    if args.cmd == "eval" and args.extra:
+        entries += [{"name": n, "class": "exploratory", "split": "exploratory", "seed": None, "args": _flags(runs / n)}
+                    for n in args.extra.split(",")]
+    if args.cmd == "extract":
+        extract(entries, runs, dict(x.split("=", 1) for x in args.expect.split(",") if x))
+        return
+    rows = []
+    for e in entries:
+        d = runs / e["name"]
+        if not (d / "early_warning_run.json").is_file():
+            print(f"skip {e['name']}: no finished run in {d}", flush=True)
+            continue
+        row = {**{k: e[k] for k in ("name", "class", "split", "seed")}, "args": e["args"], **judge(d)}
+        rows.append(row)
+        print(f"{row['name']}: drop {row['drop_step']} warn {row['first_warning']} ({row['first_rule']})", flush=True)
+    from rlobs.failures import FAILURES
+
+    res = {"drop": DROP, "smooth": SMOOTH, "steps": args.steps, "classes": {k: v[0] for k, v in CLASSES.items()},
+           "healthy": "lr 3e-4 sync (bench/trainer_learning.py settings)", "runs": rows, "summary": summarise(rows),
+           "thresholds": {k: dict(f.thresholds) for k, f in FAILURES.items() if k.startswith("precursor-")}}
+    Path(args.out + ".json").write_text(json.dumps(res, indent=1))
+    Path(args.out + ".md").write_text(markdown(res))
+    print(markdown(res))
+
+
+if __name__ == "__main__":
+    main()

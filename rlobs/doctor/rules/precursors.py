@@ -1,0 +1,274 @@
+"""Early-warning rules: precursors of a coming collapse, seen before the reward shows it.
+
+Each rule runs ``rlobs.detect.DriftDetector`` in fast-drift mode (the median of the last ``window`` steps against
+the median of the ``baseline`` steps ending ``lag`` steps earlier, ``h`` robust sigmas and ``min_effect`` apart; a
+Theil-Sen slope for the time to impact) over one per-step signal, step by step, so the step a finding
+names is the first step at which the record *up to that step* already showed the drift: the same answer
+``rlobs doctor --follow`` gives while the run is written (``bench/early_warning.py`` replays records step by
+step to measure it, and ``tests/doctor/test_precursors.py`` checks the two agree).
+
+| rule | signal | coming failure | action |
+|---|---|---|---|
+| precursor-grad-norm-drift | pre-clip grad norm rising (log scale) | divergence: the policy jumps, reward breaks | lower the learning rate |
+| precursor-entropy-decline | token entropy falling while the reward does not improve | entropy collapse: exploration stops, reward plateaus / falls | raise the temperature, add an entropy bonus, lower the learning rate |
+| precursor-importance-truncation | share of tokens whose importance ratio is truncated, or mean staleness, rising | off-policy divergence | tighten max staleness, keep/raise IS truncation |
+| precursor-kl-creep | KL to the reference rising | KL blow-up: the policy leaves the reference | raise kl_coef, lower the learning rate |
+| precursor-zero-std-rising | share of zero-std groups rising while the reward is low | learning stops (no gradient signal) | raise temperature / group size, filter solved or unsolvable prompts |
+
+Learning is not a precursor: a healthy run's entropy falls and its solved groups turn zero-std as its reward
+climbs. The entropy and zero-std rules therefore stay silent while the training reward is above its early
+level by ``learning_gain`` (and the zero-std rule while the reward is high: solved, not stuck). Thresholds
+come from the failure table (``rlobs.failures``), chosen on the calibration runs of ``bench/early_warning.py``
+and reported on other seeds (README, "Early warning").
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from rlobs.detect import Drift, DriftDetector
+from rlobs.doctor.context import RunContext, finite
+from rlobs.doctor.model import (
+    Evidence,
+    Finding,
+    Insufficient,
+    RuleResult,
+    Severity,
+    rule,
+)
+
+Series = list[tuple[int, float]]
+
+
+def _per_step(ctx: RunContext, kind: str, sql: str) -> Series:
+    if not ctx.count(kind):
+        return []
+    return [(int(s), float(v)) for s, v in ctx.rows(sql) if s is not None and finite(v)]
+
+
+def _cap(series: Series, ctx: RunContext) -> Series:
+    """Only the steps the record had when judged: ``ctx.until_step`` (set by a step-by-step replay) caps it."""
+    until = getattr(ctx, "until_step", None)
+    return series if until is None else [(s, v) for s, v in series if s <= until]
+
+
+def series(ctx: RunContext, name: str) -> Series:
+    """One per-step signal, read once per diagnosis (a replay re-uses it for every step it judges)."""
+    f = ctx.step_filter()
+    where = f"WHERE step IS NOT NULL AND isfinite({{col}}){f} GROUP BY step ORDER BY step"
+    kind, agg, col = {
+        "grad_norm": ("train_step", "max", "grad_norm"), "entropy": ("train_step", "avg", "entropy"),
+        "kl": ("train_step", "avg", "kl"), "reward": ("train_step", "avg", "reward_mean"),
+        "is_clipped": ("staleness", "max", "is_clipped_ratio"), "staleness": ("staleness", "max", "mean_staleness"),
+        "zero_std": ("advantage", "max", "zero_std_ratio"),
+    }[name]
+    sql = (kind, f"SELECT step, {agg}({col}) FROM {kind} " + where.format(col=col))
+    return _cap(ctx.memo(("precursor_series", name), lambda: _per_step(ctx, *sql)), ctx)
+
+
+def _reward_at(reward: Series, step: int, th: Mapping[str, float]) -> tuple[float | None, float | None]:
+    """(reference level, recent level) of the training reward as of ``step``, over the detector's own windows:
+    the median of the baseline steps (after ``skip``; with ``lag``, the ``baseline`` steps ending ``lag`` steps
+    ago) and of the last ``window`` steps up to ``step``."""
+    upto = [v for s, v in reward if s <= step]
+    n0, k, w, lag = int(th["skip"]), int(th["baseline"]), int(th["window"]), int(th.get("lag", 0))
+    if lag > 0:
+        if len(upto) < k + lag:
+            return None, None
+        return statistics.median(upto[-(k + lag):-lag]), statistics.median(upto[-w:])
+    if len(upto) < n0 + k + 1:
+        return None, None
+    return statistics.median(upto[n0:n0 + k]), statistics.median(upto[-w:])
+
+
+def _detector_params(th: Mapping[str, float]) -> dict[str, float]:
+    out = {k: th[k] for k in ("baseline", "skip", "k", "h", "min_rel", "min_abs", "window", "min_effect")}
+    return {**out, "lag": int(th.get("lag", 0))}
+
+
+@dataclass(frozen=True)
+class Precursor:
+    id: str
+    signal: str  # series() name
+    direction: int
+    log: bool
+    label: str  # the evidence's metric
+    coming: str  # the failure it precedes
+    target: Callable[[float, Mapping[str, float]], float]  # impact level from the early level
+    root_cause: str
+    actions: tuple[str, ...]
+    learning_guard: bool = False  # silent while the reward has risen by learning_gain
+    solved_guard: bool = False  # silent while the reward is above solved_reward
+
+
+def _first_alarm(p: Precursor, ctx: RunContext, th: Mapping[str, float], points: Series) -> tuple[Drift, int] | None:
+    """The first step the online detector alarms on with no guard silencing it, and how many alarms followed."""
+    det = DriftDetector(p.direction, log=p.log, target=None, **_detector_params(th))
+    reward = series(ctx, "reward") if (p.learning_guard or p.solved_guard) else []
+    first, count = None, 0
+    for s, v in points:
+        d = det.push(s, v)
+        if d is None:
+            continue
+        if "min_level" in th and p.direction * (d.level - th["min_level"]) < 0:
+            continue  # a share rising from 0 to 1 group of 8 is a trend of nothing: the level must matter
+        if reward:
+            early, recent = _reward_at(reward, s, th)
+            if early is not None and recent is not None:
+                if p.learning_guard and recent >= early + th["learning_gain"]:
+                    continue  # the reward climbs: this drift is learning
+                if p.solved_guard and recent >= th["solved_reward"]:
+                    continue  # groups are solved, not stuck
+        if first is None:
+            first = Drift(d.step, d.onset, d.base, d.sigma, d.level, d.effect, d.cusum, d.slope,
+                          _eta(p, d, th))
+        count += 1
+    return (first, count) if first is not None else None
+
+
+def _eta(p: Precursor, d: Drift, th: Mapping[str, float]) -> float | None:
+    """Steps until the signal reaches the failure's level at the recent slope (0: there already; None: no
+    slope towards it)."""
+    target = p.target(d.base, th)
+    if p.log:
+        level, tgt, slope = math.log(max(d.level, 1e-12)), math.log(max(target, 1e-12)), d.slope
+    else:
+        level, tgt, slope = d.level, target, d.slope
+    gap = p.direction * (tgt - level)
+    if gap <= 0:
+        return 0.0
+    if slope is None or p.direction * slope <= 0:
+        return None
+    return gap / (p.direction * slope)
+
+
+def judge(p: Precursor, ctx: RunContext, th: Mapping[str, float], points: Series) -> RuleResult:
+    lag = int(th.get("lag", 0))
+    need = int(th["skip"]) + int(th["baseline"]) + max(lag, 3)
+    if len(points) < need:
+        return Insufficient(f"{len(points)} steps with {p.label}; the drift detector needs {need} "
+                            f"({int(th['baseline'])} reference steps, then {max(lag, 3)} more to judge)")
+    hit = _first_alarm(p, ctx, th, points)
+    if hit is None:
+        return []
+    d, _count = hit
+    target = p.target(d.base, th)
+    eta = ("already there" if d.eta == 0.0 else f"~{d.eta:.0f} steps at the current slope"
+           if d.eta is not None else "not yet heading there")
+    change = (f"{d.effect + 1:.2f}x" if p.log else f"{d.effect:+.0%}") if p.direction > 0 else f"{-d.effect:+.0%}"
+    ev = [Evidence(p.label, round(d.level, 6), round(d.base, 6), (d.onset, d.step),
+                   f"median of the last {int(th['window'])} steps vs {d.base:.4g} before ({change}); "
+                   f"{d.cusum:.1f} > {th['h']:g} robust sigma (noise {d.sigma:.3g}{' on log scale' if p.log else ''})"),
+          Evidence("slope per step (Theil-Sen, last steps)",
+                   round(d.slope, 6) if d.slope is not None else "n/a"),
+          Evidence("expected time to impact", round(d.eta, 1) if d.eta is not None else "unknown",
+                   round(target, 6), None, f"steps until {p.label} reaches {target:.4g} ({p.coming})")]
+    if p.learning_guard or p.solved_guard:
+        early, recent = _reward_at(series(ctx, "reward"), d.step, th)
+        if early is not None:
+            ev.append(Evidence("train_step.reward_mean (recent vs before)", round(recent, 4), round(early, 4), None,
+                               "the reward is not climbing: the drift is not learning"))
+    return [Finding(
+        rule=p.id, severity=Severity.WARNING,
+        title=f"early warning: {p.label} drifting since step {d.onset} ({change} vs its level just before, by step "
+              f"{d.step}); {p.coming} expected in {eta}",
+        first_step=d.step, last_step=d.step,
+        evidence=ev, root_cause=p.root_cause, confidence=0.6, remediation=list(p.actions),
+    )]
+
+
+PRECURSORS: dict[str, Precursor] = {p.id: p for p in (
+    Precursor("precursor-grad-norm-drift", "grad_norm", +1, True, "train_step.grad_norm",
+              "divergence (reward breaks, entropy collapses)", lambda b, th: b * th["impact_ratio"],
+              "updates grow step after step: the learning rate is too high for this model and batch (or the "
+              "advantages are inflated); the clipped norm hides it until the policy jumps",
+              ("lower the learning rate (e.g. /3) and resume from the last checkpoint before the drift",
+               "check the advantage denominator first: rlobs doctor RUN --rule advantage-denominator-collapse",
+               "tighten max_grad_norm while investigating")),
+    Precursor("precursor-entropy-decline", "entropy", -1, False, "train_step.entropy",
+              "entropy collapse (exploration stops, reward plateaus or falls)", lambda b, th: b * th["impact_ratio"],
+              "the policy sharpens without the reward improving: too high a learning rate, too low a sampling "
+              "temperature, no entropy regularisation, or one answer style the reward favours",
+              ("raise the sampling temperature or add an entropy bonus / clip-higher",
+               "lower the learning rate",
+               "rlobs doctor RUN --rule entropy-collapse --rule advantage-zero-std-groups"),
+              learning_guard=True),
+    Precursor("precursor-importance-truncation", "is_clipped", +1, False, "staleness.is_clipped_ratio",
+              "off-policy divergence (stale samples dominate the update)", lambda b, th: th["impact_share"],
+              "the generator's samples drift away from the trainer's policy: staleness grows and more tokens "
+              "need their importance ratio truncated (or, with correction off, carry a ratio nobody corrects)",
+              ("tighten max_staleness (drop older samples) or slow the generator down",
+               "keep truncated importance sampling on (tis_cap) and lower the learning rate",
+               "rlobs doctor RUN --rule staleness-growing --rule parity-drift")),
+    Precursor("precursor-kl-creep", "kl", +1, True, "train_step.kl",
+              "KL blow-up (the policy leaves the reference, reward breaks)", lambda b, th: b * th["impact_ratio"],
+              "the KL to the reference grows step after step: the KL penalty is too weak for the learning rate",
+              ("raise kl_coef or lower the learning rate",
+               "resume from a checkpoint before the creep started")),
+    Precursor("precursor-zero-std-rising", "zero_std", +1, False, "advantage.zero_std_ratio",
+              "learning stops (most groups carry no gradient signal)", lambda b, th: th["impact_share"],
+              "more and more groups score identically while the reward is low: the policy collapsed onto "
+              "answers that are all wrong (or all the same), so GRPO has nothing to compare",
+              ("raise the sampling temperature or the group size",
+               "lower the learning rate; resume from a checkpoint before the rise",
+               "filter prompts every sample fails (dynamic sampling)"),
+              learning_guard=True, solved_guard=True),
+)}
+
+
+def _register(p: Precursor, needs: tuple[str, ...], doc: str, defaults: Mapping[str, float]) -> None:
+    def fn(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+        points = series(ctx, p.signal)
+        if p.id == "precursor-importance-truncation" and not points:
+            return Insufficient("no staleness events with is_clipped_ratio (importance-sampling statistics)")
+        return judge(p, ctx, th, points)
+
+    fn.__doc__ = doc
+    fn.__name__ = p.id.replace("-", "_")
+    rule(p.id, concern="early_warning", title=f"Early warning: {p.coming.split(' (')[0]}", needs=needs,
+         thresholds=defaults)(fn)
+
+
+for _p, _needs in ((PRECURSORS["precursor-grad-norm-drift"], ("train_step",)),
+                   (PRECURSORS["precursor-entropy-decline"], ("train_step",)),
+                   (PRECURSORS["precursor-importance-truncation"], ("staleness",)),
+                   (PRECURSORS["precursor-kl-creep"], ("train_step",)),
+                   (PRECURSORS["precursor-zero-std-rising"], ("advantage", "train_step"))):
+    _register(_p, _needs, (
+        f"Early warning of {_p.coming}: {_p.label} drifts "
+        f"{'up' if _p.direction > 0 else 'down'} fast (the median of the last ``window`` "
+        f"{'log ' if _p.log else ''}values against the median of the ``baseline`` values ending ``lag`` steps "
+        "earlier, ``h`` robust sigmas and ``min_effect`` apart"
+        + (", silent while the training reward has risen by ``learning_gain``" if _p.learning_guard else "")
+        + (" or sits above ``solved_reward``" if _p.solved_guard else "")
+        + "). The finding names the coming failure, the evidence, the expected steps to impact at the recent "
+          "slope and the action. Thresholds: the failure table (rlobs.failures)."), {})
+
+
+def replay(ctx: RunContext, rule_ids: Sequence[str] | None = None,
+           thresholds: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, int | None]:
+    """First step each precursor rule warns on when the record is judged step by step as it grows (each
+    step sees only the steps up to it). Equals each finding's ``first_step`` on the whole record: the
+    detectors are online (``tests/doctor/test_precursors.py`` checks it)."""
+    from rlobs.doctor.model import registry
+
+    rules = registry()
+    ids = list(rule_ids or PRECURSORS)
+    steps = sorted({s for s, _ in series(ctx, "reward")} | {s for s, _ in series(ctx, "grad_norm")})
+    out: dict[str, int | None] = {rid: None for rid in ids}
+    for step in steps:
+        ctx.until_step = step  # type: ignore[attr-defined]
+        try:
+            for rid in ids:
+                if out[rid] is not None:
+                    continue
+                th = {**rules[rid].thresholds, **(thresholds or {}).get(rid, {})}
+                res = rules[rid].fn(ctx, th)
+                if isinstance(res, list) and res:
+                    out[rid] = step
+        finally:
+            ctx.until_step = None  # type: ignore[attr-defined]
+    return out

@@ -1,0 +1,16 @@
+"""Shared by the early-warning tests: one extracted step of a real trainer_ref record, emitted again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def emit_step(rec: Any, row: dict[str, Any]) -> None:
+    """Emit ``row`` (a step of ``data/collapse_runs.json``) as the trainer and its probes recorded it."""
+    rec.set_step(int(row["step"]))
+    rec.emit("train_step", loss=0.0, grad_norm=row.get("grad_norm"), reward_mean=row.get("reward"),
+             entropy=row.get("entropy"), kl=row.get("kl"))
+    if row.get("zero_std") is not None:
+        rec.emit("advantage", groups=8, zero_std_groups=round(8 * row["zero_std"]), zero_std_ratio=row["zero_std"])
+    if row.get("is_clipped") is not None:
+        rec.emit("staleness", samples=64, is_clipped_ratio=row["is_clipped"])

@@ -1,0 +1,139 @@
+"""The precursor rules and their drift detector: on records of real trainer_ref collapse and healthy runs, and on
+series built to probe the detector's edges.
+
+The records are rebuilt (through a real rlobs recorder, into a real run record) from the per-step signals of real
+``trainer_ref`` runs (``data/collapse_runs.json``, extracted by ``bench/early_warning.py extract``): the doctor
+reads them exactly as it reads a run's own record."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+import rlobs
+from rlobs.detect import DriftDetector, drifts, theil_sen
+from rlobs.doctor import diagnose
+from rlobs.doctor.context import RunContext
+from rlobs.doctor.model import Insufficient
+from rlobs.doctor.rules.precursors import PRECURSORS, replay
+from rlobs.failures import FAILURES
+
+from .replay import emit_step
+
+DATA = json.loads((Path(__file__).with_name("data") / "collapse_runs.json").read_text())
+
+
+def _record(tmp_path: Path, name: str) -> Path:
+    run = DATA["runs"][name]
+    d = tmp_path / name
+    rec = rlobs.init(d, component="trainer", rank=0, run_id=name, prometheus=False, set_global=False,
+                     config={"mode": "sync"})
+    for row in run["steps"]:
+        emit_step(rec, row)
+    rec.close()
+    return d
+
+
+def _by_class(cls: str) -> list[str]:
+    return [n for n, r in DATA["runs"].items() if r["class"] == cls]
+
+
+@pytest.mark.parametrize("name", [n for n, r in DATA["runs"].items() if r["class"] != "healthy"])
+def test_a_real_collapse_run_gets_its_early_warning(tmp_path, name):
+    run = DATA["runs"][name]
+    report = diagnose(rlobs.open_run(_record(tmp_path, name)), rule_ids=list(PRECURSORS))
+    found = {f.rule: f for f in report.findings}
+    for fid in run["expect"]:
+        assert fid in found, f"{name}: {fid} silent; findings {sorted(found)}, insufficient {report.insufficient}"
+        f = found[fid]
+        assert f.severity.name == "WARNING" and f.first_step is not None
+        names = {e.metric for e in f.evidence}
+        assert "expected time to impact" in names and "slope per step (Theil-Sen, last steps)" in names
+        assert f.remediation and f.root_cause and "early warning" in f.title
+        assert f.runbook.endswith(f"{fid}.md")
+    assert report.exit_code == 1  # warnings, not critical: nothing has broken yet
+
+
+@pytest.mark.parametrize("name", _by_class("healthy"))
+def test_no_early_warning_on_a_real_healthy_run(tmp_path, name):
+    report = diagnose(rlobs.open_run(_record(tmp_path, name)), rule_ids=list(PRECURSORS))
+    assert not report.findings, [f.title for f in report.findings]
+
+
+def test_replay_as_the_record_grows_equals_the_whole_record(tmp_path):
+    """The first step a precursor warns on, judged step by step with only the steps up to it, is the step the
+    finding names on the whole record: the rules never look ahead (what --follow sees is what the bench counts)."""
+    for name in DATA["runs"]:
+        rec = rlobs.open_run(_record(tmp_path, name))
+        grown = replay(RunContext(rec))
+        whole = {f.rule: f.first_step for f in diagnose(rec, rule_ids=list(PRECURSORS)).findings}
+        assert {k: v for k, v in grown.items() if v is not None} == whole, name
+
+
+def test_thresholds_come_from_the_failure_table():
+    from rlobs.doctor import registry
+
+    for fid in PRECURSORS:
+        assert FAILURES[fid].alert and FAILURES[fid].rule
+        assert dict(registry()[fid].thresholds) == dict(FAILURES[fid].thresholds)
+
+
+def test_a_run_without_the_signal_is_insufficient_data(tmp_path):
+    d = tmp_path / "nokl"
+    rec = rlobs.init(d, component="trainer", run_id="nokl", prometheus=False, set_global=False)
+    for s in range(12):
+        rec.set_step(s)
+        rec.emit("train_step", loss=0.0, grad_norm=1.0, reward_mean=0.3, entropy=0.9)
+    rec.close()
+    report = diagnose(rlobs.open_run(d), rule_ids=list(PRECURSORS))
+    assert "precursor-kl-creep" in report.insufficient and "precursor-importance-truncation" in report.insufficient
+    assert not report.findings
+
+
+# ---------- the detector ----------
+def test_constant_and_noisy_flat_series_never_alarm():
+    import random
+
+    rng = random.Random(0)
+    assert not drifts([(s, 1.0) for s in range(200)], +1)
+    assert not drifts([(s, 0.5 + rng.gauss(0, 0.05)) for s in range(300)], -1)
+    assert not drifts([(s, math.exp(rng.gauss(0, 0.3))) for s in range(300)], +1, log=True, min_effect=1.0)
+
+
+def test_one_outlier_is_not_a_trend():
+    xs = [(s, 1.0) for s in range(30)]
+    xs[15] = (15, 50.0)
+    assert not drifts(xs, +1, log=True)
+
+
+def test_a_ramp_alarms_with_onset_slope_and_time_to_impact():
+    xs = [(s, 1.0 if s < 10 else 1.0 - 0.05 * (s - 9)) for s in range(25)]
+    det = DriftDetector(-1, min_effect=0.3, target=0.2)
+    hits = [d for d in (det.push(s, v) for s, v in xs) if d is not None]
+    first = hits[0]
+    assert 10 <= first.onset <= first.step < 20
+    assert first.effect >= 0.3 and first.slope == pytest.approx(-0.05)
+    assert first.eta == pytest.approx((first.level - 0.2) / 0.05)
+
+
+def test_missing_and_nonfinite_values_are_neither_evidence_nor_baseline():
+    det = DriftDetector(+1)
+    assert det.push(0, float("nan")) is None and det.push(1, None) is None and det.seen == 0
+
+
+def test_theil_sen_is_robust():
+    pts = [(float(i), 2.0 * i) for i in range(10)]
+    pts[3] = (3.0, 100.0)
+    assert theil_sen(pts) == pytest.approx(2.0)
+    assert theil_sen([(0.0, 1.0)]) is None
+
+
+def test_bad_parameters_are_refused():
+    with pytest.raises(ValueError):
+        DriftDetector(0)
+    with pytest.raises(ValueError):
+        DriftDetector(1, baseline=2)
+    assert isinstance(Insufficient("x"), Insufficient)
