@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 import rlobs
-from rlobs.doctor import diagnose
+from rlobs.doctor import Severity, diagnose
 
 
 def _recs(run: Path, mode: str = "separate_async") -> dict[str, rlobs.Recorder]:
@@ -71,12 +71,13 @@ def test_healthy_waits_are_not_starvation(tmp_path: Path):
     assert rep.findings == []
 
 
-def _ledger_run(run: Path, *, biased: bool, seed: int = 0) -> Path:
+def _ledger_run(run: Path, *, biased: bool, seed: int = 0, n_drop: int = 520, reward_gap: bool = False) -> Path:
     """separate_async throughput workload: 1800 samples, 520 dropped as stale; dropped ones avg 17.7 tokens,
-    consumed ones 4.2 (biased) or the same lengths (unbiased)."""
+    consumed ones 4.2 (biased) or the same lengths (unbiased). ``reward_gap``: graded rewards, the dropped
+    samples' 0.2 below the consumed ones'."""
     rng = random.Random(seed)
     recs = _recs(run)
-    n, n_drop = 1800, 520
+    n = 1800
     for i in range(n):
         drop = i < n_drop
         if biased:
@@ -87,6 +88,9 @@ def _ledger_run(run: Path, *, biased: bool, seed: int = 0) -> Path:
         step = i // 64
         recs["generator"].emit("rollout", step=step, sample_id=sid, group_id=f"g{i // 8}", completion_tokens=tokens)
         recs["driver"].emit("ledger", step=step, sample_id=sid, group_id=f"g{i // 8}", state="generated", tokens=tokens)
+        if reward_gap:
+            recs["grader"].emit("grader_call", step=step, sample_id=sid, grader_kind="rule", latency_s=0.01,
+                                outcome="ok", reward=float(rng.random() < (0.2 if drop else 0.6)))
         if drop:
             recs["driver"].emit("ledger", step=step + 1, sample_id=sid, state="dropped", reason="stale", staleness=3)
         else:
@@ -104,6 +108,22 @@ def test_length_biased_drops_are_reported_with_the_ratio(tmp_path: Path):
     length = next(e for e in f.evidence if "completion tokens" in e.metric)
     assert length.observed == pytest.approx(17.7 / 4.2, rel=0.05)
     assert "dropped avg 17." in length.note and "consumed 4." in length.note
+    # a length-only bias with under half the samples dropped is what bounded staleness does: reported as info,
+    # with the share of generated tokens the trainer never saw
+    assert f.severity == Severity.INFO
+    tokens = next(e for e in f.evidence if e.metric.startswith("generated tokens dropped"))
+    assert tokens.observed == pytest.approx(520 * 17.7 / (520 * 17.7 + 1280 * 4.2), abs=0.03)
+
+
+@pytest.mark.parametrize("case", ["reward_gap", "most_dropped"])
+def test_selection_bias_that_changes_the_gradient_is_a_warning(tmp_path: Path, case: str):
+    run = _ledger_run(tmp_path / case, biased=True, reward_gap=case == "reward_gap",
+                      n_drop=1100 if case == "most_dropped" else 520)
+    with rlobs.open_run(run) as rec:
+        rep = diagnose(rec, rule_ids=["selection-bias"])
+    assert len(rep.findings) == 1 and rep.findings[0].severity == Severity.WARNING
+    if case == "reward_gap":
+        assert any("mean reward" in e.metric for e in rep.findings[0].evidence)
 
 
 def test_unbiased_drops_are_not_a_finding(tmp_path: Path):

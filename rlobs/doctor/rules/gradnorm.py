@@ -60,7 +60,7 @@ def _insufficient_grad(ctx: RunContext) -> RuleResult:
     return Insufficient("no train_step events with grad_norm" if ctx.count("train_step") else "no train_step events")
 
 
-_IMPACT = {"impact_steps": 3, "impact_z": 6.0, "entropy_drop": 0.5, "kl_ratio": 10.0}
+_IMPACT = {"impact_steps": 3, "impact_z": 6.0, "entropy_drop": 0.5, "entropy_z": 3.0, "kl_ratio": 10.0}
 
 
 def _step_table(ctx: RunContext) -> dict[int, dict[str, float]]:
@@ -81,7 +81,9 @@ def _step_table(ctx: RunContext) -> dict[int, dict[str, float]]:
 def impact(ctx: RunContext, step: int, th: Mapping[str, float]) -> list[Evidence]:
     """What happened after an anomaly at ``step`` (within ``impact_steps``): a non-finite loss or grad norm,
     a loss or reward level shift beyond ``impact_z`` x the run's own noise, entropy dropping below
-    ``entropy_drop`` x its level, KL growing ``kl_ratio``-fold. Empty: the run kept its trend."""
+    ``entropy_drop`` x its level and by more than ``entropy_z`` x its own noise (a healthy held-out run's
+    entropy swung 0.23-0.99 from step to step: a halving inside that range is not a collapse), KL growing
+    ``kl_ratio``-fold. Empty: the run kept its trend."""
     from rlobs.detect import level_shift
 
     k = int(th["impact_steps"])
@@ -102,7 +104,7 @@ def impact(ctx: RunContext, step: int, th: Mapping[str, float]) -> list[Evidence
                                 f"{label}: {sh.z:+.1f} sigma of its own noise (before {sh.before:.4g})"))
     ent = [(s, float(v["entropy"])) for s, v in sorted(table.items()) if finite(v["entropy"])]
     sh = level_shift(ent, step, after=k)
-    if sh is not None and sh.before > 0 and sh.after < th["entropy_drop"] * sh.before:
+    if sh is not None and sh.before > 0 and sh.after < th["entropy_drop"] * sh.before and sh.z < -th["entropy_z"]:
         out.append(Evidence("train_step.entropy", round(sh.after, 6), round(th["entropy_drop"] * sh.before, 6),
                             (step + 1, step + k), "entropy collapsed after the spike"))
     kl = [(s, float(v["kl"])) for s, v in sorted(table.items()) if finite(v["kl"])]

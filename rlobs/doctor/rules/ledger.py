@@ -13,8 +13,10 @@ def _step_at(ctx: RunContext, ts_ns: int) -> int | None:
     return int(s) if s is not None else None
 
 
+# a resume that rewinds the data cursor replays prompts and restores a state without the crashed run's buffered
+# rollouts of those prompts, with no drop record: the lost samples are a symptom of the same rewind
 @rule("ledger-samples-repeated", concern="ledger", title="Samples consumed more than once",
-      needs=("ledger",))
+      needs=("ledger",), causes=("ledger-samples-skipped",))
 def repeated(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """A sample id made the same transition twice (probe flag ``duplicate``) or was consumed twice:
     the exactly-once guarantee broke (typically a resume that replays consumed samples)."""
@@ -50,6 +52,15 @@ def skipped(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     were never consumed nor dropped, or gaps in the sequence of dispatched prompt indices."""
     if not ctx.count("ledger"):
         return Insufficient("no ledger events")
+    from rlobs.doctor.rules.staleness import resume_steps
+
+    resumes = resume_steps(ctx)
+
+    def lost_at(step: int) -> int:
+        """A sample generated before a resume and never seen again was lost at that resume (the crashed
+        process's in-flight and buffered rollouts die with it): that is the step the loss happened."""
+        return next((r for r in resumes if r > step), step)
+
     last_step = ctx.scalar("SELECT max(step) FROM train_step")
     findings_ev = []
     steps = []
@@ -61,7 +72,7 @@ def skipped(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
             f"SELECT g.sample_id, s.step FROM g ASOF LEFT JOIN {ctx.step_starts()} s ON g.ts >= s.ts_ns "
             f"WHERE coalesce(s.step, -1) < {cutoff} ORDER BY s.step, g.sample_id")
         if rows:
-            steps += [int(r[1]) for r in rows if r[1] is not None]
+            steps += [lost_at(int(r[1])) for r in rows if r[1] is not None]
             findings_ev.append(Evidence("samples generated but never consumed or dropped", len(rows), 0,
                                         note="e.g. " + ", ".join(str(r[0]) for r in rows[:3])))
     gaps = _prompt_gaps(ctx)
@@ -70,9 +81,6 @@ def skipped(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                                     note="e.g. " + ", ".join(map(str, gaps[:5]))))
     if not findings_ev:
         return []
-    from rlobs.doctor.rules.staleness import resume_steps
-
-    resumes = resume_steps(ctx)
     resume_step = resumes[0] if resumes else None
     first = min(steps) if steps else resume_step
     return [Finding(

@@ -24,7 +24,7 @@ def _z(a: tuple[float, float, int], b: tuple[float, float, int], floor: float) -
 
 @rule("selection-bias", concern="ledger", title="Admission control reshapes the training distribution",
       needs=("ledger",), thresholds={"length_ratio": 1.5, "reward_gap": 0.25, "min_drop_share": 0.1,
-                                     "min_samples": 20, "z": 4.0})
+                                     "min_samples": 20, "z": 4.0, "warn_drop_share": 0.5})
 def selection_bias(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Per drop reason (staleness, TTL, truncation, zero advantage, ...), the dropped samples' completion
     length and reward against the consumed ones'. A finding when a reason drops at least ``min_drop_share``
@@ -32,7 +32,17 @@ def selection_bias(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     ``length_ratio``x (either way) or their mean reward by ``reward_gap``, with a Welch z > ``z``: the
     trainer then learns from a batch that is not the policy's distribution (e.g. long answers are the
     slow ones, and the slow ones go stale). Lengths come from the ledger's ``tokens``, else the rollouts'
-    ``completion_tokens``; rewards from grader calls."""
+    ``completion_tokens``; rewards from grader calls.
+
+    Severity from impact. A length bias from staleness drops is what a bounded-staleness async trainer does
+    on any workload whose long answers take longer (every separate_async run of the calibration at
+    max_staleness 2 drops 20-30 % of its samples, 2-4x longer than the consumed ones): it is reported as
+    info, with the dropped/consumed length ratio, the drop share and the share of generated tokens thrown
+    away as evidence (tokens/s, not samples/s, is the throughput that counts). It is a warning when it
+    changes what the gradient is estimated from: the dropped samples' reward differs from the consumed ones'
+    (by ``reward_gap``, Welch z > ``z``: the batch's reward distribution is not the policy's), or most of the
+    samples are dropped (drop share's 95 % lower bound >= ``warn_drop_share``: the trainer learns from a
+    minority of what was generated)."""
     from rlobs.detect import wilson
 
     if not ctx.count("ledger"):
@@ -96,19 +106,34 @@ def selection_bias(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                                    th["reward_gap"], None,
                                    f"dropped {d_rew[0]:.3f} vs consumed {c_rew[0]:.3f}, Welch z {z:.1f}"))
         if ev:
-            hits.append((reason, n, lo, ev))
+            reward_biased = any("reward" in e.metric for e in ev)
+            token_share = None
+            if d_len[2] and c_len[2] and c_len[0] > 0:
+                dropped_tokens = d_len[0] * n
+                token_share = dropped_tokens / (dropped_tokens + c_len[0] * n_consumed)
+            hits.append((reason, n, lo, ev, reward_biased, token_share))
     if not hits:
         return []
-    reason, n, lo, ev = max(hits, key=lambda h: h[1])
+    reason, n, lo, ev, _, token_share = max(hits, key=lambda h: h[1])
     share = n / total
     first, last = ctx.rows("SELECT min(step), max(step) FROM ledger WHERE state = 'dropped' AND "
                            "coalesce(reason, '?') = ?", [reason])[0]
     span = None if first is None else (int(first), int(last))
     evidence = [Evidence(f"ledger dropped ({reason}) / terminal samples", round(share, 4), th["min_drop_share"], span,
                          f"{n} of {total} (95% CI from {lo:.2f})")] + [e for h in hits for e in h[3]]
+    if token_share is not None:
+        evidence.append(Evidence(f"generated tokens dropped ({reason})", round(token_share, 4), None, span,
+                                 "share of the generated completion tokens the trainer never saw"))
+    reward_biased = any(h[4] for h in hits)
+    most_dropped = any(h[2] >= th["warn_drop_share"] for h in hits)
+    severity = Severity.WARNING if reward_biased or most_dropped else Severity.INFO
+    impact = ("the dropped samples' reward differs from the consumed ones'" if reward_biased else
+              "most samples are dropped" if most_dropped else
+              "length only, under half the samples dropped: informational")
     return [Finding(
-        rule="selection-bias", severity=Severity.WARNING,
-        title=f"admission drops are biased: {n} of {total} samples dropped as {reason}; {ev[0].note.split(', Welch')[0]}",
+        rule="selection-bias", severity=severity,
+        title=f"admission drops are biased: {n} of {total} samples dropped as {reason}; "
+              f"{ev[0].note.split(', Welch')[0]} ({impact})",
         # a property of the whole run, not an event: no onset, so an acute fault's finding ranks before it
         first_step=None, last_step=None,
         evidence=evidence,
