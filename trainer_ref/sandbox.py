@@ -289,6 +289,33 @@ def _argv(tools: dict[str, str], py: str, prefix: str, stage: str, uid: int, cpu
     return ["/bin/sh", "-c", limits.join_script() + 'exec "$@"', "sh", *outer, *inner]
 
 
+def _pump(fds: dict[int, str], bufs: dict[str, bytearray], caps: dict[str, int], timeout_s: float, t0: float,
+          watch: bool, uid: int, mem: int) -> tuple[bool, bool, bool]:
+    """Read the sandbox's pipes into ``bufs`` until they all close, the timeout, an output over its cap, or
+    (``watch``: no cgroup) its processes' RSS over ``mem``; returns (timed_out, overflow, watched_oom)."""
+    next_watch = 0.0
+    while fds:
+        left = timeout_s - (time.perf_counter() - t0)
+        if left <= 0:
+            return True, False, False
+        ready, _, _ = select.select(list(fds), [], [], min(left, 0.02))
+        for fd in ready:
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                del fds[fd]
+                continue
+            key = fds[fd]
+            room = caps[key] - len(bufs[key])
+            bufs[key] += chunk[:max(room, 0)]
+            if len(chunk) > room and key != "status":
+                return False, True, False
+        if watch and time.perf_counter() >= next_watch:
+            next_watch = time.perf_counter() + 0.02
+            if sum(rss for _, rss in _uid_procs(uid)) > mem:
+                return False, False, True
+    return False, False, False
+
+
 def run_python(code: str, *, timeout_s: float = 5.0, cpu_s: int = 5, mem_mb: int = 512, nproc: int = 16,
                max_output: int = MAX_OUTPUT, python: str | None = None) -> SandboxResult:
     """Execute ``code`` in the sandbox; never raises for the program's own failures.
@@ -315,7 +342,6 @@ def run_python(code: str, *, timeout_s: float = 5.0, cpu_s: int = 5, mem_mb: int
     t0 = time.perf_counter()
     bufs = {"out": bytearray(), "err": bytearray(), "res": bytearray(), "status": bytearray()}
     caps = {"out": max_output, "err": max_output, "res": MAX_RESULT, "status": MAX_RESULT}
-    timed_out = overflow = watched_oom = False
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 env={}, start_new_session=True, pass_fds=(prog_fd, bpf_fd, res_w, st_w))
@@ -328,31 +354,10 @@ def run_python(code: str, *, timeout_s: float = 5.0, cpu_s: int = 5, mem_mb: int
     os.close(st_w)
     fds = {proc.stdout.fileno(): "out", proc.stderr.fileno(): "err", res_r: "res",  # type: ignore[union-attr]
            st_r: "status"}
-    next_watch = 0.0
+    timed_out = overflow = watched_oom = False
     try:
-        while fds:
-            left = timeout_s - (time.perf_counter() - t0)
-            if left <= 0:
-                timed_out = True
-                break
-            ready, _, _ = select.select(list(fds), [], [], min(left, 0.02))
-            for fd in ready:
-                chunk = os.read(fd, 65536)
-                if not chunk:
-                    del fds[fd]
-                    continue
-                key = fds[fd]
-                room = caps[key] - len(bufs[key])
-                bufs[key] += chunk[:max(room, 0)]
-                if len(chunk) > room and key != "status":
-                    overflow = True
-            if overflow:
-                break
-            if limits.kind == "rss-watch" and time.perf_counter() >= next_watch:
-                next_watch = time.perf_counter() + 0.02
-                if sum(rss for _, rss in _uid_procs(uid)) > mem:
-                    watched_oom = True
-                    break
+        timed_out, overflow, watched_oom = _pump(fds, bufs, caps, timeout_s, t0, limits.kind == "rss-watch", uid,
+                                                 mem)
         if not (timed_out or overflow or watched_oom):
             try:  # every pipe closed: the program ended; collect its status within what is left of the timeout
                 proc.wait(timeout=max(0.05, timeout_s - (time.perf_counter() - t0)))
