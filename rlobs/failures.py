@@ -87,7 +87,7 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("no-gradient", "warning", None),
     _f("advantage-denominator-collapse", "critical", "1m", thresholds={"max_abs_advantage": 10.0}),
     _f("advantage-rank-disagreement", "critical", "0m"),
-    _f("advantage-zero-std-groups", "warning", "5m", thresholds={"ratio": 0.75, "min_share": 0.6}),
+    _f("advantage-zero-std-groups", "warning", "5m", thresholds={"ratio": 0.75, "min_share": 0.4}),
     _f("entropy-collapse", "warning", None),
     _f("response-length-clipped", "warning", None),
     # graders and throughput
@@ -96,7 +96,7 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("grader-backlog", "warning", "1m", rule=False, alert_thresholds={"ratio": 0.5, "min_seconds": 2.0}),
     _f("grader-hung", "critical", "2m"),
     _f("grading-dominates-step", "warning", None),
-    _f("trainer-starved", "warning", "5m", thresholds={"ratio": 3.0, "min_steps": 2}, alert_thresholds={"wait_share": 0.7, "vs_baseline": 1.5},
+    _f("trainer-starved", "warning", "5m", thresholds={"ratio": 3.0, "min_steps": 3}, alert_thresholds={"wait_share": 0.7, "vs_baseline": 1.5},
        metrics=("rlobs_trainer_reward_wait_seconds_total", "rlobs_phase_seconds_total")),
     _f("trainer-idle", "warning", None),
     # train / serve parity
@@ -105,17 +105,18 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("parity-prob-drift", "warning", None),
     # early warning (issue 18): precursors of a coming collapse, before the reward shows it
     # (rlobs.doctor.rules.precursors; live alerts compare the last minutes with the run's first ones)
-    _f("precursor-grad-norm-drift", "warning", "1m", thresholds={**_DRIFT, "min_effect": 1.0, "impact_ratio": 10.0}),
+    _f("precursor-grad-norm-drift", "warning", "1m", thresholds={**_DRIFT, "h": 6.0, "min_effect": 5.0,
+                                                                  "impact_ratio": 10.0}),
     _f("precursor-entropy-decline", "warning", "1m",
-       thresholds={**_DRIFT, "min_effect": 0.25, "impact_ratio": 0.2, "learning_gain": 0.05}),
+       thresholds={**_DRIFT, "h": 6.0, "min_effect": 0.8, "impact_ratio": 0.2, "learning_gain": 0.05}),
     _f("precursor-importance-truncation", "warning", "1m",
-       thresholds={**_DRIFT, "min_abs": 0.005, "min_effect": 1.0, "impact_share": 0.5}),
+       thresholds={**_DRIFT, "min_abs": 0.005, "min_effect": 1.0, "min_level": 0.05, "impact_share": 0.5}),
     # KL climbs steadily from its first steps (no run that learns has a KL term here to be its own yardstick):
     # CUSUM against the early level (lag 0) rather than the fast-drift window
     _f("precursor-kl-creep", "warning", "1m", thresholds={**_DRIFT, "lag": 0, "k": 0.5, "h": 4.0,
                                                           "min_effect": 1.0, "impact_ratio": 10.0}),
     _f("precursor-zero-std-rising", "warning", "1m",
-       thresholds={**_DRIFT, "min_abs": 0.05, "min_effect": 1.0, "min_level": 0.6, "impact_share": 0.75,
+       thresholds={**_DRIFT, "min_abs": 0.05, "min_effect": 1.0, "min_level": 0.8, "impact_share": 0.75,
                    "learning_gain": 0.05, "solved_reward": 0.6}),
 )}
 

@@ -45,6 +45,7 @@ def run_colocate_async(orch: Orchestrator, end: int) -> None:
         return orch.gen.generate.remote([g.request() for g in orch.next_groups(B)])
 
     pending = submit() if not orch.buffer else None
+    carried = 0.0  # the trainer's idle time after its step, waiting for the next step's batch
     while orch.step < end:
         t0 = time.perf_counter()
         batch = orch.take_from_buffer(B)
@@ -52,14 +53,20 @@ def run_colocate_async(orch: Orchestrator, end: int) -> None:
             done = orch.generated(ray.get(pending if pending is not None else submit()))
             batch += orch.attach_rewards(done, orch.rewards_for(done))
             pending = None
-        wait = time.perf_counter() - t0
+        wait = carried + time.perf_counter() - t0
         if orch.step + 1 < end:  # next batch generates with the current weights while we train
             pending = submit()
         out = orch.train_on(batch[:B], wait)
         orch.buffer.extend(batch[B:])
+        carried = 0.0
         if pending is not None:
-            done = orch.generated(ray.get(pending))  # one-step off-policy: finished under the old weights
+            # one-step off-policy: finished under the old weights. The trainer is idle from here until that
+            # batch is generated and graded: that is the next step's data wait (a slow generator shows up
+            # there, as it does in the other modes), not a gap no phase accounts for
+            t_wait = time.perf_counter()
+            done = orch.generated(ray.get(pending))
             orch.buffer.extend(orch.attach_rewards(done, orch.rewards_for(done)))
+            carried = time.perf_counter() - t_wait
             pending = None
         orch.sync_weights(interrupt="wait")
         orch.finish_step(out)

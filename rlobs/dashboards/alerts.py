@@ -494,7 +494,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             "The median pre-clip grad norm of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | "
             f"humanize }}}} over {win}, over {1 + g['min_effect']:g}x its earlier median: updates grow step after "
             "step, the precursor of a divergence (reward break, entropy collapse). Lower the learning rate.",
-            PromtoolCase((("rlobs_grad_norm", {}, "0.5x70 0.5+0.1x20"),), "1.7",
+            PromtoolCase((("rlobs_grad_norm", {}, "0.5x70 0.5+0.5x20"),), "6.5",
                          not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-entropy-decline", "warning",
@@ -506,17 +506,19 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             f"over {win}, under {1 - e['min_effect']:g}x its earlier median, while the training reward is not "
             f"climbing (< +{e['learning_gain']:g}): the policy sharpens without learning, the precursor of an "
             "entropy collapse. Raise the temperature or add an entropy bonus; lower the learning rate.",
-            PromtoolCase((("rlobs_policy_entropy", {}, "1x70 1-0.04x20"), ("rlobs_reward_mean", {}, "0.3x90")),
-                         "520m", not_yet_min=70, firing_min=88)),
+            PromtoolCase((("rlobs_policy_entropy", {}, "1x70 0.1x20"), ("rlobs_reward_mean", {}, "0.3x90")),
+                         "100m", not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-importance-truncation", "warning",
-            running(f"{_median_now('rlobs_importance_clipped_ratio', recent)} > {1 + i['min_effect']:g} * "
-                    f"{_median_before('rlobs_importance_clipped_ratio', recent, history)} + {i['min_abs']:g}"),
+            running(f"({_median_now('rlobs_importance_clipped_ratio', recent)} > {1 + i['min_effect']:g} * "
+                    f"{_median_before('rlobs_importance_clipped_ratio', recent, history)} + {i['min_abs']:g} "
+                    f"and {_median_now('rlobs_importance_clipped_ratio', recent)} > {i['min_level']:g})"),
             f("precursor-importance-truncation"),
             "Early warning: more tokens need importance truncation, off-policy divergence ahead ({{ $labels.run }})",
             "The median share of tokens whose importance ratio was truncated in {{ $labels.component }} (run "
             "{{ $labels.run }}) is {{ $value | humanizePercentage }} over " + win + ", over "
-            f"{1 + i['min_effect']:g}x its earlier median + {i['min_abs']:g}: generator and trainer policies drift "
+            f"{1 + i['min_effect']:g}x its earlier median + {i['min_abs']:g} and over {i['min_level']:.0%}: generator "
+            "and trainer policies drift "
             "apart (staleness), the precursor of an off-policy divergence. Tighten max staleness; keep IS truncation on.",
             PromtoolCase((("rlobs_importance_clipped_ratio", {}, "0.01x70 0.01+0.01x20"),), "13%",
                          not_yet_min=70, firing_min=88)),
@@ -545,8 +547,8 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             f"{z['min_abs']:g} and over {z['min_level']:.0%}, while the reward is neither climbing nor above {z['solved_reward']:g}: the policy "
             "collapses onto identical (wrong) answers and learning is about to stop. Raise the temperature or the "
             "group size; lower the learning rate.",
-            PromtoolCase((("rlobs_advantage_zero_std_groups_ratio", {}, "0.1x70 0.1+0.05x20"),
-                          ("rlobs_reward_mean", {}, "0.2x90")), "70%", not_yet_min=70, firing_min=88)),
+            PromtoolCase((("rlobs_advantage_zero_std_groups_ratio", {}, "0.1x70 0.9x20"),
+                          ("rlobs_reward_mean", {}, "0.2x90")), "90%", not_yet_min=70, firing_min=88)),
     )
     return out
 
