@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import re
+import statistics
 import time
 import urllib.request
 from pathlib import Path
@@ -87,9 +88,10 @@ def test_mode_end_to_end(stack, tmp_path, mode):
 
     actors, model_dir, record = stack
     run_dir = record if mode == "separate_async" else tmp_path / mode
-    scraped: dict[str, object] = {}
+    scraped: dict = {}
 
     def on_step(out: dict) -> None:  # last step: every process of the run is up and serving /metrics
+        scraped.setdefault("waits", []).append((out["step"], out["data_wait_s"]))
         if out["step"] == STEPS - 1:
             time.sleep(1.5)  # recorders flush every 0.5 s; the Prometheus sink follows the events
             scraped["text"], scraped["ns"] = scrape_all(run_dir)
@@ -105,6 +107,10 @@ def test_mode_end_to_end(stack, tmp_path, mode):
         assert hist == {0: STEPS * PER_STEP}
     elif mode == "colocate_async":
         assert hist == {0: PER_STEP, 1: (STEPS - 1) * PER_STEP}  # one-step off-policy
+        # the trainer idles after its step until the in-flight batch is generated and graded: that is the next
+        # step's data wait (it used to fall outside every phase, so a slow generator left no trace here)
+        waits = [w for st, w in scraped["waits"] if st >= 1]
+        assert len(waits) == STEPS - 1 and statistics.median(waits) > 1e-3, waits
     else:
         assert max(hist) <= 2
     for sync in s["sync"]:
