@@ -87,7 +87,7 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("no-gradient", "warning", None),
     _f("advantage-denominator-collapse", "critical", "1m", thresholds={"max_abs_advantage": 10.0}),
     _f("advantage-rank-disagreement", "critical", "0m"),
-    _f("advantage-zero-std-groups", "warning", "5m", thresholds={"ratio": 0.75, "min_share": 0.4}),
+    _f("advantage-zero-std-groups", "warning", "5m", thresholds={"ratio": 0.75, "min_share": 0.7}),
     _f("entropy-collapse", "warning", None),
     _f("response-length-clipped", "warning", None),
     # graders and throughput
