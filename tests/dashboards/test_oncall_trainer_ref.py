@@ -156,7 +156,11 @@ def test_healthy_runs_of_every_mode_raise_nothing_before_or_after_their_end(time
         raised = sorted({(a.name, a.state) for a in timeline.alerts if timeline.run_ids.get(a.run) == scenario
                          # one scrape slower than its 2 s timeout on a loaded machine reads as up == 0: pending,
                          # which the 30 s `for:` keeps from paging; anything else may not even go pending
-                         and (a.state == "firing" or a.name != rule("process-down").name)})
+                         and (a.state == "firing" or a.name != rule("process-down").name)
+                         # info alerts page nobody: RlobsGradNormSpike (info, like the doctor's verdict on a
+                         # spike the run absorbs) fires on a healthy run's natural spike, which is real (a
+                         # fresh clone's CI run had one in healthy-separate_async)
+                         and a.labels.get("severity") != "info"})
         assert not raised, f"{scenario}: {raised}"
 
 
