@@ -107,7 +107,7 @@ SHORT = (12, 20, 30, 40, 60)
 full = False
 # The second pass revised rules while looking at held-out healthy runs s400-s429 (a transient starvation in
 # s413, an entropy "collapse" inside a run's own swings in s428): those runs are development data now. The rules
-# were then frozen (commit FROZEN_AT) and seeds 430-469 recorded afterwards, with lengths 12-200 in every mode:
+# were then frozen (commit 249f029) and seeds 430-469 recorded afterwards, with lengths 12-200 in every mode:
 # the fresh healthy split. The held-out fault runs (seeds 500+) were all recorded and scored after the freeze.
 # Third pass: seeds 430-469 were seen while revising the rules again (the precursor rules of issue 18 had not
 # been scored on them; two lr 3e-3 runs whose reward collapsed had been counted healthy): development data too.
@@ -116,7 +116,6 @@ DEV_SEEDS = range(400, 470)
 FRESH_SEEDS = range(600, 640)
 MAIN_SEEDS = range(10, 15)  # `make main` x 5: seeds 0-4 were scored in the second pass
 FRESH_LENGTHS = (12, 30, 50, 100, 200, 20, 40, 60)
-FROZEN_AT = "see git log: 'rules frozen for the fresh held-out split'"
 
 
 def plan(split: str) -> list[dict[str, Any]]:

@@ -25,7 +25,7 @@ def _per_step(ctx: RunContext, expr: str) -> list[tuple[int, float]]:
 # a batch whose groups mostly carry no advantage concentrates the normalised loss on the few that vary: a
 # grad-norm spike (and the reward drop of a constant grader) at the onset is a symptom of the same cause
 @rule("advantage-zero-std-groups", concern="advantage", title="Most GRPO groups carry no signal (zero reward std)",
-      needs=("advantage",), thresholds={"ratio": 0.75, "min_steps": 2, "min_share": 0.7},
+      needs=("advantage",), thresholds={"min_steps": 2},  # ratio, min_share: the failure table
       causes=("grad-norm-spike", "no-gradient"))
 def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Share of groups whose rewards are all equal >= ``ratio`` for ``min_steps`` consecutive steps, and the
