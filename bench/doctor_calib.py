@@ -42,7 +42,7 @@ MODES = ("separate_async", "sync", "colocate_async")
 MAGNITUDES: dict[str, tuple[float, ...] | None] = {
     "staleness_blowup": (0.5, 2.0, 4.0), "resume_staleness_jump": (1.0, 3.0, 6.0), "resume_skip": (1.0, 2.0, 4.0),
     "resume_repeat": (1.0, 2.0, 4.0), "zero_std": None, "near_zero_std": (1e-5, 1e-7, 1e-9), "nan_grad": None,
-    "grad_spike": (5.0, 20.0, 100.0), "incomplete_dump": None, "torn_read": None, "slow_transfer": (0.1, 0.3, 1.0),
+    "grad_spike": (20.0, 50.0, 100.0), "incomplete_dump": None, "torn_read": None, "slow_transfer": (0.1, 0.3, 1.0),
     "fingerprint_mismatch": (1e-4, 1e-3, 1e-2), "cache_not_reset": None, "slow_grader": (0.05, 0.2, 0.5),
     "hung_grader": (2.0, 4.0, 8.0), "generator_starvation": (0.05, 0.15, 0.5), "sampling_mismatch": (1.1, 1.5, 2.0),
     "rank_disagree": None,
@@ -112,9 +112,13 @@ full = False
 # Third pass: seeds 430-469 were seen while revising the rules again (the precursor rules of issue 18 had not
 # been scored on them; two lr 3e-3 runs whose reward collapsed had been counted healthy): development data too.
 # Fresh healthy seeds 600-639 were recorded for the third pass and first scored after the freeze.
-DEV_SEEDS = range(400, 470)
-FRESH_SEEDS = range(600, 640)
-MAIN_SEEDS = range(10, 15)  # `make main` x 5: seeds 0-4 were scored in the second pass
+# Fourth pass: seeds 600-639, the fault runs 500+ and `make main` seeds 10-14 had been seen (a natural
+# grad-norm spike called critical from a 1e-8 loss baseline, zero-std faults in 4-group runs below the
+# absolute bar): development data. Fresh: healthy seeds 700-739, fault runs 800+, `make main` seeds 15-19.
+DEV_SEEDS = (*range(400, 470), *range(600, 640))
+FRESH_SEEDS = range(700, 740)
+FAULT_SEED_BASE = 800  # held-out fault runs: 800 + j (third pass: 500 + j)
+MAIN_SEEDS = range(15, 20)  # `make main` x 5: seeds 0-4 scored in the second pass, 10-14 in the third
 FRESH_LENGTHS = (12, 30, 50, 100, 200, 20, 40, 60)
 
 
@@ -128,7 +132,7 @@ def plan(split: str) -> list[dict[str, Any]]:
     if split == "calib":
         seeds, lengths, onsets = range(100, 112), (10, 20, 40, 60), (5,)
     elif split == "heldout":
-        seeds, lengths, onsets = [*range(400, 470), *FRESH_SEEDS], (12, 30, 50, 100, 200), (4, 8)
+        seeds, lengths, onsets = [*DEV_SEEDS, *FRESH_SEEDS], (12, 30, 50, 100, 200), (4, 8)
     else:
         raise ValueError(f"split {split!r}: calib | heldout | main")
     for i, seed in enumerate(seeds):
@@ -151,7 +155,7 @@ def plan(split: str) -> list[dict[str, Any]]:
                         or fault in ASYNC_ONLY else MODES[j % 3])
                 j += 1
                 runs.append({"name": f"{fault}-{level}-o{onset}-{mode}", "fault": fault,
-                             "seed": (300 if split == "calib" else 500) + j,
+                             "seed": (300 if split == "calib" else FAULT_SEED_BASE) + j,
                              "steps": FAULT_STEPS, "onset": 0 if fault in ONSET_ZERO else onset, "magnitude": mag,
                              "level": level, "mode": mode, "shape": SHAPES[0]})
     return runs
@@ -237,36 +241,43 @@ def record(split: str, piece: str | None, limit: int | None, root: Path, only: s
 
 
 # ---------- scoring ----------
+Found = tuple[str, int, "int | None", str, "int | None"]  # rule, severity, first step, title, last step
+
+
 def diagnose_one(run_dir: Path, overrides: dict[str, dict[str, float]],
-                 rule_ids: list[str] | None = None) -> list[tuple[str, int, int | None, str]]:
-    """(rule, severity, first step, title) of every finding."""
+                 rule_ids: list[str] | None = None) -> list[Found]:
+    """(rule, severity, first step, title, last step) of every finding."""
     import rlobs
     from rlobs.doctor import diagnose
 
     with rlobs.open_run(run_dir) as rec:
         rep = diagnose(rec, thresholds=overrides, rule_ids=rule_ids)
-    return [(f.rule, int(f.severity), f.first_step, f.title) for f in rep.findings]
+    return [(f.rule, int(f.severity), f.first_step, f.title, f.last_step) for f in rep.findings]
 
 
-def judge(spec: dict[str, Any], findings: list[tuple[str, int, int | None, str]]) -> dict[str, Any]:
-    warn = [f"{r}:{'warning' if s == 2 else 'critical'}@{st}" for r, s, st, _ in findings
+def judge(spec: dict[str, Any], findings: list[Found]) -> dict[str, Any]:
+    warn = [f"{r}:{'warning' if s == 2 else 'critical'}@{st}" for r, s, st, *_ in findings
             if s >= 2 and r not in CONFIG_FINDINGS]
-    out: dict[str, Any] = {"findings": [f"{r}:{s}@{st}" for r, s, st, _ in findings],
+    out: dict[str, Any] = {"findings": [f"{r}:{s}@{st}" for r, s, st, *_ in findings],
                            "top1": findings[0][0] if findings else None}
     if not spec["fault"]:
         out["false_alarms"] = warn
-        out["config_findings"] = [f"{r}@{st}" for r, s, st, _ in findings if s >= 2 and r in CONFIG_FINDINGS]
-        out["bias_reported"] = [f"{r}:{s}" for r, s, st, _ in findings if r == BIAS]
+        out["config_findings"] = [f"{r}@{st}" for r, s, st, *_ in findings if s >= 2 and r in CONFIG_FINDINGS]
+        out["bias_reported"] = [f"{r}:{s}" for r, s, st, *_ in findings if r == BIAS]
         return out
     want, allowed = EXPECTED[spec["fault"]]
+    onset = spec["onset"] or 0
 
-    def ok(f: tuple[str, int, int | None, str]) -> bool:
+    def ok(f: Found) -> bool:
         alt = ALSO.get(spec["fault"])
-        return f[0] == want or (alt is not None and f[0] == alt[0] and alt[1] in f[3])
+        named = f[0] == want or (alt is not None and f[0] == alt[0] and alt[1] in f[3])
+        # a finding that ended before the fault began found something else (a natural grad-norm spike at
+        # step 4 of a run whose injected spike came at step 8, not listed: not a detection)
+        return named and not (onset and f[4] is not None and f[4] < onset)
 
     ranked = [f for f in findings if f[0] not in CONFIG_FINDINGS]  # a config finding is not a root-cause guess
     hit = next((f for f in findings if ok(f)), None)
-    delay = None if hit is None or hit[2] is None else max(0, hit[2] - (spec["onset"] or 0))
+    delay = None if hit is None or hit[2] is None else max(0, hit[2] - onset)
     out.update(expected=want, recall=hit is not None, top1_ok=bool(ranked) and ok(ranked[0]),
                delay=delay, allowed=allowed, in_time=delay is not None and delay <= allowed,
                found_as=hit[0] if hit else None, found_severity=hit[1] if hit else None)
@@ -395,7 +406,7 @@ def calibrate(root: Path, budget: int) -> tuple[dict[str, dict[str, float]], lis
         pick = None
         for value in candidates:
             ov = {**chosen, rule: {**chosen.get(rule, {}), name: value}}
-            alarms = sum(any(r == rule and s >= 2 for r, s, _, _ in diagnose_one(h["dir"], ov, [rule]))
+            alarms = sum(any(r == rule and s >= 2 for r, s, *_ in diagnose_one(h["dir"], ov, [rule]))
                          for h in healthy)
             log.append({"knob": knob, "rule": rule, "threshold": name, "value": value,
                         "healthy_runs_alarmed": alarms, "healthy_runs": len(healthy)})
@@ -406,6 +417,33 @@ def calibrate(root: Path, budget: int) -> tuple[dict[str, dict[str, float]], lis
             pick = min(tried, key=lambda x: x["healthy_runs_alarmed"])["value"]
         chosen.setdefault(rule, {})[name] = pick
     return chosen, log
+
+
+def natural_spikes(root: Path) -> dict[str, Any]:
+    """The largest grad-norm spike of each healthy calibration/development run (value / rolling median of the
+    one spike detector, after its warm-up): how big a spike the model makes on its own, which is what the
+    grad_spike fault's magnitudes are read against (a spike inside that range is barely visible)."""
+    import rlobs
+    from rlobs.detect import spikes
+
+    worst = []
+    for split in ("calib", "heldout"):
+        for s in _done(root / f"{split}.jsonl").values():
+            d = root / split / s["name"]
+            if s["fault"] or s.get("error") or not d.is_dir() or (split == "heldout" and s["seed"] in FRESH_SEEDS):
+                continue
+            with rlobs.open_run(d) as rec:
+                g = [r[0] for r in rec.sql("SELECT max(grad_norm) FROM train_step WHERE step IS NOT NULL "
+                                           "GROUP BY step ORDER BY step").fetchall()]
+            ratios = [sc.ratio for sc in spikes(g) if sc.ratio is not None and sc.z is not None]
+            if ratios:
+                worst.append(max(ratios))
+    worst.sort()
+    if not worst:
+        return {"runs": 0}
+    return {"runs": len(worst), "median": round(worst[len(worst) // 2], 2),
+            "p90": round(worst[int(0.9 * (len(worst) - 1))], 2), "max": round(worst[-1], 2),
+            "runs_over_20x": sum(w > 20 for w in worst)}
 
 
 def md_table(rows: list[dict[str, Any]], title: str) -> str:
@@ -465,7 +503,9 @@ def score(root: Path, out: Path, budget: int) -> int:
     # fresh: every fault run, `make main`, and the healthy seeds recorded after the rules were frozen
     held = [r for r in held_all if r["fault"] or r.get("settings") == "main" or r["seed"] in FRESH_SEEDS]
     dev = [r for r in held_all if r not in held]
+    spikes_seen = natural_spikes(root)
     res = {"budget_healthy_runs_alarmed": budget, "chosen": chosen, "calibration_log": log,
+           "natural_grad_norm_spikes": spikes_seen,
            "failure_table": [{"rule": rule, "threshold": name, "value": table(rule).get(name)}
                              for rule, name, _c in KNOBS.values()],
            "calib": {"summary": summary(calib), "curves": curves(calib), "runs": calib},
@@ -474,7 +514,7 @@ def score(root: Path, out: Path, budget: int) -> int:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
     knob_lines = ["| knob | candidates: healthy runs alarmed (calibration split + development runs "
-                  f"s{DEV_SEEDS.start}-s{DEV_SEEDS.stop - 1}, degenerated runs excluded; the other knobs at the "
+                  "s400-s469 and s600-s639, degenerated runs excluded; the other knobs at the "
                   "failure table's values) | this run's pick | failure table (scored) |", "|---|---|---|---|"]
     for knob, (rule, name, _c) in KNOBS.items():
         cells = ", ".join(f"{x['value']:g}: {x['healthy_runs_alarmed']}/{x['healthy_runs']}" for x in log
@@ -482,11 +522,14 @@ def score(root: Path, out: Path, budget: int) -> int:
         knob_lines.append(f"| {rule}.{name} | {cells} | {chosen[rule][name]:g} | {table(rule).get(name, '-'):g} |")
     md = "\n\n".join([
         "## Threshold choice (calibration split)", "\n".join(knob_lines),
+        "Natural grad-norm spikes (largest per healthy calibration/development run, x its rolling median): "
+        f"{spikes_seen}. The grad_spike fault's ladder is read against them: a spike inside that range is "
+        "barely visible however it was made.",
         md_table(calib, "Calibration split"),
         md_table(held, f"Held-out split (fresh: healthy seeds {FRESH_SEEDS.start}-{FRESH_SEEDS.stop - 1} and `make "
                        f"main` x 5 (seeds {MAIN_SEEDS.start}-{MAIN_SEEDS.stop - 1}), first scored after the rules were "
-                       "frozen; fault runs seeds 500+)"),
-        md_table(dev, f"Held-out healthy seeds {DEV_SEEDS.start}-{DEV_SEEDS.stop - 1} (seen while revising the rules: "
+                       f"frozen; fault runs seeds {FAULT_SEED_BASE}+)"),
+        md_table(dev, "Held-out healthy seeds 400-469 and 600-639 (seen while revising the rules: "
                       "development data, used with the calibration split to choose thresholds; not a held-out result)"),
         "### Held-out detection curves (detected share; d = mean delay in steps, m = magnitude)", md_curves(curves(held)),
         "### Calibration-split detection curves (every fault at 3 magnitudes, onset 5)", md_curves(curves(calib))])

@@ -86,11 +86,14 @@ def test_generation_that_stays_slow_is_starvation(tmp_path: Path):
 
 
 # ---- zero-std: a handful of groups is not systemic, whatever the share ----
-def _zero_run(run: Path, hot: range, groups: int = 4, steps: int = 20, k_hot: int | None = None) -> Path:
+def _zero_run(run: Path, hot: range, groups: int = 4, steps: int = 20, k_hot: int | None = None,
+              reward_hot: float | None = None) -> Path:
     r = _rec(run)
     for s in range(steps):
         k = (groups if k_hot is None else k_hot) if s in hot else 1
         r.emit("advantage", step=s, groups=groups, zero_std_groups=k, zero_std_ratio=k / groups)
+        if reward_hot is not None:
+            r.emit("train_step", step=s, loss=0.0, reward_mean=reward_hot if s in hot else 0.3 + 0.01 * (s % 3))
     assert r.flush(10.0)
     r.close()
     return run
@@ -112,3 +115,37 @@ def test_a_spike_at_step_4_is_judged():
     assert SPIKE["warmup"] == 4
     norms = [1.0, 1.2, 0.9, 1.1, 20.0, 1.0]
     assert [s.spike for s in spikes(norms)] == [False, False, False, False, True, False]
+
+
+def test_zero_std_rise_from_the_runs_own_history_while_the_reward_falls(tmp_path: Path):
+    # fourth pass: a grader that turned constant in a 4-group run (12 of 12 zero-std groups over 3 steps, under
+    # the absolute bar) is a break from the run's own 8 of 32 before it, with the reward falling: found, with
+    # the test as evidence; the same rise with the reward rising is a policy solving its prompts: nothing
+    found = _find(_zero_run(tmp_path / "failing", range(8, 11), reward_hot=0.0), "advantage-zero-std-groups")
+    assert len(found) == 1 and (found[0].first_step, found[0].last_step) == (8, 10)
+    assert any(e.metric == "zero-std share vs the run's own history" for e in found[0].evidence), found[0].evidence
+    assert _find(_zero_run(tmp_path / "solved", range(8, 11), reward_hot=0.9), "advantage-zero-std-groups") == []
+    # 6 of 8 over 2 steps stays below the corrected level (p ~ 0.01 > 0.05 / 20)
+    assert _find(_zero_run(tmp_path / "few", range(8, 10), k_hot=3, reward_hot=0.0), "advantage-zero-std-groups") == []
+
+
+def test_a_grpo_loss_at_zero_before_a_spike_is_not_a_break(tmp_path: Path):
+    # fourth pass: an on-policy GRPO loss is ~0 by construction (1e-8 over the first steps); a natural spike at
+    # step 4, then losses of +-0.1 as usual, was called critical ("+5332 sigma loss level shift") from that
+    # pre-window alone: the run's own loss noise floors it now. A real break (the reward halving) still is.
+    def run(name: str, reward_after: float) -> Path:
+        r = _rec(tmp_path / name)
+        rng = random.Random(3)
+        for s in range(14):
+            loss = 1e-8 * rng.random() if s < 4 else rng.uniform(-0.12, 0.12)
+            reward = 0.3 + rng.uniform(-0.01, 0.01) if s <= 4 else reward_after + rng.uniform(-0.01, 0.01)
+            r.emit("train_step", step=s, grad_norm=107.0 if s == 4 else rng.uniform(1.0, 2.0), loss=loss,
+                   reward_mean=reward, entropy=0.6 + rng.uniform(-0.05, 0.05), clipped=True)
+        assert r.flush(10.0)
+        r.close()
+        return tmp_path / name
+
+    (f,) = _find(run("kept", 0.3), "grad-norm-spike")
+    assert f.first_step == 4 and f.severity == Severity.INFO, (f.severity, f.evidence)
+    (f,) = _find(run("broke", 0.05), "grad-norm-spike")
+    assert f.severity == Severity.CRITICAL and any(e.metric == "train_step.reward_mean" for e in f.evidence)

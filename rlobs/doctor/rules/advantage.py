@@ -25,7 +25,8 @@ def _per_step(ctx: RunContext, expr: str) -> list[tuple[int, float]]:
 # a batch whose groups mostly carry no advantage concentrates the normalised loss on the few that vary: a
 # grad-norm spike (and the reward drop of a constant grader) at the onset is a symptom of the same cause
 @rule("advantage-zero-std-groups", concern="advantage", title="Most GRPO groups carry no signal (zero reward std)",
-      needs=("advantage",), thresholds={"min_steps": 2},  # ratio, min_share: the failure table
+      needs=("advantage",), thresholds={"min_steps": 2, "baseline_steps": 20, "min_baseline_groups": 8},
+      # ratio, min_share: the failure table
       causes=("grad-norm-spike", "no-gradient"))
 def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Share of groups whose rewards are all equal >= ``ratio`` for ``min_steps`` consecutive steps, and the
@@ -33,7 +34,14 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     the number of steps looked at) must clear ``min_share`` (the failure table's 0.7, chosen on the calibration
     runs, long ones included: "6 of 8 groups over 2 steps" has a lower bound of 0.27 in a 20-step record, not
     evidence of anything systemic; 32 of 32 has 0.78). Those groups have zero advantage, so their tokens are generated, graded and
-    trained on for nothing. Without group counts in the record the per-step shares alone decide."""
+    trained on for nothing. Without group counts in the record the per-step shares alone decide.
+
+    Or a sudden rise against the run's own history, with fewer groups than the absolute bar needs (4
+    groups a step: a grader that turned constant at step 8 gave 22 of 24 zero-std groups over 6 steps, lower
+    bound 0.63): the pooled share over those steps against the share over up to ``baseline_steps`` steps
+    before them (at least ``min_baseline_groups`` groups), one-sided Fisher exact test at the same corrected
+    level, while the reward over those steps is below the baseline's: groups failing alike. A policy
+    that solves its prompts also raises the share (all-correct groups), with its reward: that is not this."""
     from rlobs.detect import wilson
 
     if not ctx.count("advantage"):
@@ -49,6 +57,7 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     conf = 1 - 0.05 / max(1, len(rows))
     hot = [s for s, v, _, _ in rows if v >= th["ratio"]]
     kept: list[tuple[int, int, float, tuple[float, float], int, int]] = []  # first, last, share, ci, k, n
+    rises: list[str] = []
     for a, b in runs_of(hot, int(th["min_steps"])):
         steps = range(a, b + 1)
         if all(s in counts for s in steps):
@@ -56,7 +65,10 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
             n = sum(counts[s][1] for s in steps)
             ci = wilson(k, n, conf)
             if ci[0] < th["min_share"]:
-                continue  # too few groups to call it systemic
+                rise = _sudden_rise(ctx, counts, a, b, k, n, 1 - conf, th)
+                if rise is None:
+                    continue  # too few groups to call it systemic, and no break from the run's own history
+                rises.append(rise)
             kept.append((a, b, k / n, ci, int(k), int(n)))
         else:
             share = sum(v for s, v, _, _ in rows if a <= s <= b) / (b - a + 1)
@@ -74,6 +86,8 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         ev.append(Evidence("zero-std groups / groups", f"{k}/{n} = {k / n:.2f} ({conf:.2%} CI {lo:.2f}-{hi:.2f}, "
                            f"corrected for {len(rows)} steps)",
                            th["min_share"], (first, last), "pooled over those steps; lower bound vs min_share"))
+    ev.extend(Evidence("zero-std share vs the run's own history", r, 1 - conf, (first, last),
+                       "a sudden rise while the reward fell (one-sided Fisher exact test)") for r in rises)
     return [Finding(
         rule="advantage-zero-std-groups", severity=Severity.WARNING,
         title=f"{worst:.0%} of groups had identical rewards (zero std) over steps {first}-{last}"
@@ -87,6 +101,31 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                      "check the grader: rlobs doctor RUN --rule grader-timeouts",
                      "raise the group size G or the sampling temperature"],
     )]
+
+
+def _sudden_rise(ctx: RunContext, counts: Mapping[int, tuple[float, float]], a: int, b: int, k: float, n: float,
+                 alpha: float, th: Mapping[str, float]) -> str | None:
+    """Evidence text when the zero-std share over steps a..b broke from the steps before it (Fisher exact,
+    one-sided, p < ``alpha``) while the reward fell; None otherwise (or without a baseline to compare)."""
+    from scipy.stats import fisher_exact
+
+    before = [s for s in sorted(counts) if s < a][-int(th["baseline_steps"]):]
+    k0 = sum(counts[s][0] for s in before)
+    n0 = sum(counts[s][1] for s in before)
+    if n0 < th["min_baseline_groups"] or k / n <= k0 / n0:
+        return None
+    reward = dict(ctx.rows("SELECT step, avg(reward_mean) FROM train_step WHERE step IS NOT NULL AND "
+                           f"isfinite(reward_mean){ctx.step_filter()} GROUP BY step"))
+    r_hot = [float(reward[s]) for s in range(a, b + 1) if s in reward]
+    r_base = [float(reward[s]) for s in before if s in reward]
+    if not r_hot or not r_base or sum(r_hot) / len(r_hot) >= sum(r_base) / len(r_base):
+        return None  # the reward rose with the share: solved prompts, not a failure
+    p = float(fisher_exact([[int(k), int(n - k)], [int(k0), int(n0 - k0)]], alternative="greater")[1])
+    if p >= alpha:
+        return None
+    return (f"{int(k)}/{int(n)} = {k / n:.2f} over steps {a}-{b} vs {int(k0)}/{int(n0)} = {k0 / n0:.2f} over the "
+            f"{len(before)} steps before (p = {p:.2g}); reward {sum(r_base) / len(r_base):.3g} -> "
+            f"{sum(r_hot) / len(r_hot):.3g}")
 
 
 @rule("advantage-denominator-collapse", concern="advantage",

@@ -84,7 +84,7 @@ def impact(ctx: RunContext, step: int, th: Mapping[str, float]) -> list[Evidence
     ``entropy_drop`` x its level and by more than ``entropy_z`` x its own noise (a healthy held-out run's
     entropy swung 0.23-0.99 from step to step: a halving inside that range is not a collapse), KL growing
     ``kl_ratio``-fold. Empty: the run kept its trend."""
-    from rlobs.detect import level_shift
+    from rlobs.detect import level_shift, robust_baseline
 
     k = int(th["impact_steps"])
     table = _step_table(ctx)
@@ -97,7 +97,11 @@ def impact(ctx: RunContext, step: int, th: Mapping[str, float]) -> list[Evidence
                             "non-finite after the spike"))
     for col, sign, label in (("loss", 0, "loss level shift"), ("reward", -1, "reward dropped")):
         series = [(s, float(v[col])) for s, v in sorted(table.items()) if finite(v[col])]
-        sh = level_shift(series, step, after=k)
+        # the pre-window's noise is floored by the whole run's: a GRPO loss is ~0 by construction on-policy
+        # (zero-mean advantages, ratio 1), so four early steps at 1e-8 would make any later step a "+5000
+        # sigma shift" (a held-out healthy stretch was called critical that way)
+        _, run_sigma, _ = robust_baseline([v for _, v in series])
+        sh = level_shift(series, step, after=k, min_sigma_abs=max(1e-6, run_sigma if math.isfinite(run_sigma) else 0))
         if sh is not None and ((sign == 0 and abs(sh.z) > th["impact_z"]) or (sign < 0 and sh.z < -th["impact_z"])):
             out.append(Evidence(f"train_step.{'reward_mean' if col == 'reward' else col}", round(sh.after, 6),
                                 round(sh.before, 6), (step + 1, step + k),
