@@ -25,7 +25,8 @@ def _per_step(ctx: RunContext, expr: str) -> list[tuple[int, float]]:
 # a batch whose groups mostly carry no advantage concentrates the normalised loss on the few that vary: a
 # grad-norm spike (and the reward drop of a constant grader) at the onset is a symptom of the same cause
 @rule("advantage-zero-std-groups", concern="advantage", title="Most GRPO groups carry no signal (zero reward std)",
-      needs=("advantage",), thresholds={"min_steps": 2, "baseline_steps": 20, "min_baseline_groups": 8},
+      needs=("advantage",), thresholds={"min_steps": 2, "baseline_steps": 20, "min_baseline_groups": 8,
+                                          "rise_min_steps": 3, "rise_reward_share": 0.5},
       # ratio, min_share: the failure table
       causes=("grad-norm-spike", "no-gradient"))
 def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
@@ -40,8 +41,11 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     groups a step: a grader that turned constant at step 8 gave 22 of 24 zero-std groups over 6 steps, lower
     bound 0.63): the pooled share over those steps against the share over up to ``baseline_steps`` steps
     before them (at least ``min_baseline_groups`` groups), one-sided Fisher exact test at the same corrected
-    level, while the reward over those steps is below the baseline's: groups failing alike. A policy
-    that solves its prompts also raises the share (all-correct groups), with its reward: that is not this."""
+    level, over at least ``rise_min_steps`` steps, while the mean reward over those steps fell to at most
+    ``rise_reward_share`` of the baseline's: groups failing alike. A policy that solves its prompts also raises
+    the share (all-correct groups), with its reward: that is not this. (Fourth pass: without the reward and
+    length bars, 2-3-step bursts of a healthy 100-step run's natural share, 11 of 12 and 12 of 16 groups with
+    the reward 0.17 -> 0.15 and 0.28 -> 0.24, passed the test; a constant grader takes the reward to ~0.)"""
     from rlobs.detect import wilson
 
     if not ctx.count("advantage"):
@@ -109,6 +113,8 @@ def _sudden_rise(ctx: RunContext, counts: Mapping[int, tuple[float, float]], a: 
     one-sided, p < ``alpha``) while the reward fell; None otherwise (or without a baseline to compare)."""
     from scipy.stats import fisher_exact
 
+    if b - a + 1 < th["rise_min_steps"]:
+        return None
     before = [s for s in sorted(counts) if s < a][-int(th["baseline_steps"]):]
     k0 = sum(counts[s][0] for s in before)
     n0 = sum(counts[s][1] for s in before)
@@ -118,8 +124,8 @@ def _sudden_rise(ctx: RunContext, counts: Mapping[int, tuple[float, float]], a: 
                            f"isfinite(reward_mean){ctx.step_filter()} GROUP BY step"))
     r_hot = [float(reward[s]) for s in range(a, b + 1) if s in reward]
     r_base = [float(reward[s]) for s in before if s in reward]
-    if not r_hot or not r_base or sum(r_hot) / len(r_hot) >= sum(r_base) / len(r_base):
-        return None  # the reward rose with the share: solved prompts, not a failure
+    if not r_hot or not r_base or sum(r_hot) / len(r_hot) > th["rise_reward_share"] * sum(r_base) / len(r_base):
+        return None  # the reward held (or rose: solved prompts): not groups failing alike
     p = float(fisher_exact([[int(k), int(n - k)], [int(k0), int(n0 - k0)]], alternative="greater")[1])
     if p >= alpha:
         return None
