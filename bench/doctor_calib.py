@@ -118,6 +118,9 @@ full = False
 DEV_SEEDS = (*range(400, 470), *range(600, 640))
 FRESH_SEEDS = range(700, 740)
 FAULT_SEED_BASE = 800  # held-out fault runs: 800 + j (third pass: 500 + j)
+# what changed after the fresh split had been scored, as threshold overrides that restore the frozen rules
+# (commit b01a57e): the zero-std rise path then needed 2 steps and any reward fall
+AT_FREEZE: dict[str, dict[str, float]] = {"advantage-zero-std-groups": {"rise_min_steps": 2, "rise_reward_share": 1.0}}
 MAIN_SEEDS = range(15, 20)  # `make main` x 5: seeds 0-4 scored in the second pass, 10-14 in the third
 FRESH_LENGTHS = (12, 30, 50, 100, 200, 20, 40, 60)
 
@@ -503,6 +506,10 @@ def score(root: Path, out: Path, budget: int) -> int:
     # fresh: every fault run, `make main`, and the healthy seeds recorded after the rules were frozen
     held = [r for r in held_all if r["fault"] or r.get("settings") == "main" or r["seed"] in FRESH_SEEDS]
     dev = [r for r in held_all if r not in held]
+    # the fresh split scored again with the rules as they were when it was recorded (fourth pass: the zero-std
+    # rise path was tightened after its healthy runs had been looked at; both results are reported)
+    held_freeze = [r for r in score_split("heldout", root, AT_FREEZE) + score_split("main", root, AT_FREEZE)
+                   if r["fault"] or r.get("settings") == "main" or r["seed"] in FRESH_SEEDS]
     spikes_seen = natural_spikes(root)
     res = {"budget_healthy_runs_alarmed": budget, "chosen": chosen, "calibration_log": log,
            "natural_grad_norm_spikes": spikes_seen,
@@ -510,7 +517,8 @@ def score(root: Path, out: Path, budget: int) -> int:
                              for rule, name, _c in KNOBS.values()],
            "calib": {"summary": summary(calib), "curves": curves(calib), "runs": calib},
            "heldout": {"summary": summary(held), "curves": curves(held), "runs": held},
-           "heldout_dev_healthy": {"summary": summary(dev), "runs": dev}}
+           "heldout_dev_healthy": {"summary": summary(dev), "runs": dev},
+           "heldout_at_freeze": {"overrides": AT_FREEZE, "summary": summary(held_freeze), "runs": held_freeze}}
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
     knob_lines = ["| knob | candidates: healthy runs alarmed (calibration split + development runs "
@@ -529,6 +537,7 @@ def score(root: Path, out: Path, budget: int) -> int:
         md_table(held, f"Held-out split (fresh: healthy seeds {FRESH_SEEDS.start}-{FRESH_SEEDS.stop - 1} and `make "
                        f"main` x 5 (seeds {MAIN_SEEDS.start}-{MAIN_SEEDS.stop - 1}), first scored after the rules were "
                        f"frozen; fault runs seeds {FAULT_SEED_BASE}+)"),
+        md_table(held_freeze, f"The same held-out split scored with the rules at the freeze ({AT_FREEZE})"),
         md_table(dev, "Held-out healthy seeds 400-469 and 600-639 (seen while revising the rules: "
                       "development data, used with the calibration split to choose thresholds; not a held-out result)"),
         "### Held-out detection curves (detected share; d = mean delay in steps, m = magnitude)", md_curves(curves(held)),
