@@ -392,20 +392,23 @@ def curves(rows: list[dict[str, Any]]) -> dict[str, list[dict[str, Any]]]:
     return table
 
 
-def calibrate(root: Path, budget: int) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
-    """Pick each knob's most sensitive candidate within the false-alarm budget on calibration healthy runs,
-    knob after knob (a knob is judged with the values already chosen for the knobs before it)."""
-    # the calibration split's healthy runs and the development runs (held-out seeds 400-429, looked at while
-    # revising the rules), less the runs that degenerated on their own (their findings are true)
-    healthy = []
+def _development_healthy(root: Path) -> list[tuple[dict[str, Any], Path]]:
+    """(spec, record dir) of the healthy runs thresholds may be chosen on: the calibration split's and the
+    development runs (held-out seeds looked at while revising the rules), never the fresh ones."""
+    out = []
     for split in ("calib", "heldout"):
         for s in _done(root / f"{split}.jsonl").values():
             d = root / split / s["name"]
-            if s["fault"] or s.get("error") or not d.is_dir() or (split == "heldout" and s["seed"] in FRESH_SEEDS):
-                continue
-            if degenerated(collapsed(d)):
-                continue
-            healthy.append({**s, "dir": d})
+            if not (s["fault"] or s.get("error") or not d.is_dir() or (split == "heldout" and s["seed"] in FRESH_SEEDS)):
+                out.append((s, d))
+    return out
+
+
+def calibrate(root: Path, budget: int) -> tuple[dict[str, dict[str, float]], list[dict[str, Any]]]:
+    """Pick each knob's most sensitive candidate within the false-alarm budget on calibration healthy runs,
+    knob after knob (a knob is judged with the values already chosen for the knobs before it)."""
+    # less the runs that degenerated on their own (their findings are true)
+    healthy = [{**s, "dir": d} for s, d in _development_healthy(root) if not degenerated(collapsed(d))]
     chosen: dict[str, dict[str, float]] = {}
     log = []
     for knob, (rule, name, candidates) in KNOBS.items():
@@ -433,17 +436,13 @@ def natural_spikes(root: Path) -> dict[str, Any]:
     from rlobs.detect import spikes
 
     worst = []
-    for split in ("calib", "heldout"):
-        for s in _done(root / f"{split}.jsonl").values():
-            d = root / split / s["name"]
-            if s["fault"] or s.get("error") or not d.is_dir() or (split == "heldout" and s["seed"] in FRESH_SEEDS):
-                continue
-            with rlobs.open_run(d) as rec:
-                g = [r[0] for r in rec.sql("SELECT max(grad_norm) FROM train_step WHERE step IS NOT NULL "
-                                           "GROUP BY step ORDER BY step").fetchall()]
-            ratios = [sc.ratio for sc in spikes(g) if sc.ratio is not None and sc.z is not None]
-            if ratios:
-                worst.append(max(ratios))
+    for _s, d in _development_healthy(root):
+        with rlobs.open_run(d) as rec:
+            g = [r[0] for r in rec.sql("SELECT max(grad_norm) FROM train_step WHERE step IS NOT NULL "
+                                       "GROUP BY step ORDER BY step").fetchall()]
+        ratios = [sc.ratio for sc in spikes(g) if sc.ratio is not None and sc.z is not None]
+        if ratios:
+            worst.append(max(ratios))
     worst.sort()
     if not worst:
         return {"runs": 0}
@@ -507,12 +506,15 @@ def score(root: Path, out: Path, budget: int) -> int:
     calib = score_split("calib", root, {})
     held_all = score_split("heldout", root, {}) + score_split("main", root, {})
     # fresh: every fault run, `make main`, and the healthy seeds recorded after the rules were frozen
-    held = [r for r in held_all if r["fault"] or r.get("settings") == "main" or r["seed"] in FRESH_SEEDS]
-    dev = [r for r in held_all if r not in held]
+    def fresh(r: dict[str, Any]) -> bool:
+        return bool(r["fault"]) or r.get("settings") == "main" or r["seed"] in FRESH_SEEDS
+
+    held = [r for r in held_all if fresh(r)]
+    dev = [r for r in held_all if not fresh(r)]
     # the fresh split scored again with the rules as they were when it was recorded (fourth pass: the zero-std
     # rise path was tightened after its healthy runs had been looked at; both results are reported)
     held_freeze = [r for r in score_split("heldout", root, AT_FREEZE) + score_split("main", root, AT_FREEZE)
-                   if r["fault"] or r.get("settings") == "main" or r["seed"] in FRESH_SEEDS]
+                   if fresh(r)]
     spikes_seen = natural_spikes(root)
     res = {"budget_healthy_runs_alarmed": budget, "chosen": chosen, "calibration_log": log,
            "natural_grad_norm_spikes": spikes_seen,

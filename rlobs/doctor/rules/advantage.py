@@ -120,8 +120,9 @@ def _sudden_rise(ctx: RunContext, counts: Mapping[int, tuple[float, float]], a: 
     n0 = sum(counts[s][1] for s in before)
     if n0 < th["min_baseline_groups"] or k / n <= k0 / n0:
         return None
-    reward = dict(ctx.rows("SELECT step, avg(reward_mean) FROM train_step WHERE step IS NOT NULL AND "
-                           f"isfinite(reward_mean){ctx.step_filter()} GROUP BY step"))
+    from rlobs.doctor.rules.precursors import series
+
+    reward = dict(series(ctx, "reward"))  # per-step mean training reward, read once per diagnosis
     r_hot = [float(reward[s]) for s in range(a, b + 1) if s in reward]
     r_base = [float(reward[s]) for s in before if s in reward]
     if not r_hot or not r_base or sum(r_hot) / len(r_hot) > th["rise_reward_share"] * sum(r_base) / len(r_base):
