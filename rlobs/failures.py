@@ -52,9 +52,14 @@ def _f(id: str, severity: str, alert_for: str | None, rule: bool = True, thresho
 
 # the precursor rules' drift detector (rlobs.detect.DriftDetector, fast-drift mode): the median of the last
 # ``window`` steps vs the median of the ``baseline`` steps ending ``lag`` steps earlier, ``h`` robust sigmas (noise
-# floored at ``min_rel`` x level and ``min_abs``) and ``min_effect`` apart; chosen on the calibration runs of
-# bench/early_warning.py (README, "Early warning"). ``k`` is unused in this mode.
-_DRIFT = {"lag": 3, "baseline": 4, "window": 3, "skip": 0, "h": 3.0, "k": 1.0, "min_rel": 0.1, "min_abs": 1e-3}
+# floored at ``min_rel`` x level and ``min_abs``) and ``min_effect`` apart; ``h`` and ``min_effect`` chosen on the
+# calibration runs of bench/early_warning.py (README, "Early warning"). Window 5 / baseline 8 / lag 5 (was 3 / 4 / 3)
+# since the doctor's sixth calibration pass: a 100-step run gives the detector ~100 looks, and at a 3-step window
+# two consecutive natural grad-norm steps of 11-17x (or two all-zero-std steps) moved the median; a 4-step baseline's
+# MAD is noise itself. On the 90 healthy development runs of doctor_calib passes 4-5 (12-200 steps, every mode) the
+# old window warned on 4, this one on none; on the available collapse records neither warns before the drop
+# (bench/results/precursor_window.md). ``k`` is unused in this mode.
+_DRIFT = {"lag": 5, "baseline": 8, "window": 5, "skip": 0, "h": 3.0, "k": 1.0, "min_rel": 0.1, "min_abs": 1e-3}
 
 FAILURES: dict[str, Failure] = {f.id: f for f in (
     # liveness
@@ -112,9 +117,10 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("precursor-importance-truncation", "warning", "1m",
        thresholds={**_DRIFT, "min_abs": 0.005, "min_effect": 1.0, "min_level": 0.05, "impact_share": 0.5}),
     # KL climbs steadily from its first steps (no run that learns has a KL term here to be its own yardstick):
-    # CUSUM against the early level (lag 0) rather than the fast-drift window
-    _f("precursor-kl-creep", "warning", "1m", thresholds={**_DRIFT, "lag": 0, "k": 0.5, "h": 4.0,
-                                                          "min_effect": 1.0, "impact_ratio": 10.0}),
+    # CUSUM against the early level (lag 0) rather than the fast-drift window, with its own 4-step baseline and
+    # 3-step window (a CUSUM accumulates evidence: the fast-drift window's look-count guard is not its problem)
+    _f("precursor-kl-creep", "warning", "1m", thresholds={**_DRIFT, "lag": 0, "baseline": 4, "window": 3, "k": 0.5,
+                                                          "h": 4.0, "min_effect": 1.0, "impact_ratio": 10.0}),
     _f("precursor-zero-std-rising", "warning", "1m",
        thresholds={**_DRIFT, "min_abs": 0.05, "min_effect": 1.0, "min_level": 0.8, "impact_share": 0.75,
                    "learning_gain": 0.05, "solved_reward": 0.6}),

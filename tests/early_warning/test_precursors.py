@@ -137,3 +137,30 @@ def test_bad_parameters_are_refused():
     with pytest.raises(ValueError):
         DriftDetector(1, baseline=2)
     assert isinstance(Insufficient("x"), Insufficient)
+
+
+LONG = json.loads((Path(__file__).with_name("data") / "healthy_long_runs.json").read_text())
+OLD_WINDOW = {"window": 3, "baseline": 4, "lag": 3}  # the fast-drift window before the sixth calibration pass
+
+
+def _long_record(tmp_path: Path, name: str) -> Path:
+    d = tmp_path / name
+    rec = rlobs.init(d, component="trainer", rank=0, run_id=name, prometheus=False, set_global=False,
+                     config={"mode": LONG["runs"][name]["mode"]})
+    for row in LONG["runs"][name]["steps"]:
+        emit_step(rec, row)
+    rec.close()
+    return d
+
+
+def test_long_healthy_runs_with_natural_bursts_get_no_early_warning(tmp_path):
+    """Four real healthy runs (50-100 steps) with two-step natural grad-norm bursts of 11-17x and two-step runs of
+    all-zero-std groups: the 5-step window is quiet on every one; the old 3-step window (4-step baseline) warned on
+    each, so these records do exercise the look-count edge."""
+    fast = [p for p in PRECURSORS if FAILURES[p].thresholds.get("lag", 0) > 0]
+    for name in LONG["runs"]:
+        run_dir = _long_record(tmp_path, name)
+        report = diagnose(rlobs.open_run(run_dir), rule_ids=list(PRECURSORS))
+        assert not report.findings, f"{name}: {[(f.rule, f.first_step) for f in report.findings]}"
+        old = diagnose(rlobs.open_run(run_dir), rule_ids=fast, thresholds={p: OLD_WINDOW for p in fast})
+        assert old.findings, f"{name}: the old window was quiet too; the record no longer probes the edge"
