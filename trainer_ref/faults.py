@@ -17,7 +17,10 @@ Faults (names match ``tests/doctor/scenarios.py`` FAULTS):
   behind (with the ledger of those prompts forgotten): prompts are skipped / consumed twice.
 * zero_std: the grader returns a constant reward for 7 of 8 prompts.  near_zero_std: all-equal groups
   get ``magnitude`` (1e-7) reward noise on one sample, so their std is just above 0.
-* nan_grad / grad_spike: the loss is multiplied by NaN / ``magnitude`` at the onset step.
+* nan_grad: the loss is multiplied by NaN at the onset step.  grad_spike: at the onset step the gradient is
+  scaled (after backward, before clipping) to ``magnitude`` x the median pre-clip norm of the steps before it,
+  the doctor's own yardstick, so a rung of the ladder means the same ratio in every run (scaling the loss
+  instead made it a multiple of that step's own norm, which varies 10x from step to step).
 * incomplete_dump: ``model.norm.weight`` is left out of the dump.  torn_read: a writer rewrites the
   staging buffer (with the previous version) while it is read without the lock.  slow_transfer: the
   object-store put sleeps ``magnitude`` s.  fingerprint_mismatch: one weight is perturbed at load in the
@@ -141,12 +144,32 @@ def tolerate_mismatch(f: Fault) -> bool:
 
 # ----- trainer --------------------------------------------------------------------------------------
 def scale_loss(f: Fault, step: int, loss: Any) -> Any:
-    """nan_grad / grad_spike: the loss at the onset step times NaN / magnitude (before backward)."""
+    """nan_grad: the loss at the onset step times NaN (before backward)."""
     if step == f.onset and f.name == "nan_grad":
         return loss * float("nan")
-    if step == f.onset and f.name == "grad_spike":
-        return loss * f.magnitude
     return loss
+
+
+def spike_grads(f: Fault, step: int, params: Any, recent_norms: list[float]) -> None:
+    """grad_spike: scale the onset step's gradient (all-reduced, before clipping) so its norm is ``magnitude`` x
+    the median of ``recent_norms`` (the pre-clip norms of the steps before; its own norm when there are none).
+    A step without gradient (every group zero-std) stays without: there is nothing to scale."""
+    if step != f.onset or f.name != "grad_spike":
+        return
+    import math
+    import statistics
+
+    import torch
+
+    grads = [p.grad for p in params if p.grad is not None]
+    if not grads:
+        return
+    now = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach().float()) for g in grads])))
+    before = [n for n in recent_norms if math.isfinite(n) and n > 0]
+    base = statistics.median(before) if before else now
+    if now > 0:
+        for g in grads:
+            g.mul_(f.magnitude * base / now)
 
 
 def token_denominator(f: Fault, step: int, rank: int, local_tokens: float,

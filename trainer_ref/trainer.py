@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from typing import Any
 
 import torch
@@ -69,6 +70,7 @@ class Trainer:
         # (set_engine_layout), or from vLLM's model registry when none told us
         self.expected = sorted(self.model.state_dict())
         self.layout: weight_sync.EngineLayout | None = None
+        self._norms: deque[float] = deque(maxlen=10)  # recent pre-clip grad norms (the grad_spike fault's yardstick)
         self._opt_ns: int | None = None  # wall time of the optimiser step that produced self.version
         self.micro = 32
 
@@ -146,7 +148,10 @@ class Trainer:
             b.acc, b.fresh_dl, b.fresh_tok, r_sum, r_sq, n_all = dp.reduce_sums(b.acc, b.fresh_dl, b.fresh_tok,
                                                                                    r_sum, r_sq, n_all)
             b.is_max, b.dl_max = dp.reduce_max(b.is_max, b.dl_max)
+        faults.spike_grads(self.fault, step, self.model.parameters(), list(self._norms))
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.cfg["max_grad_norm"])))
+        if math.isfinite(grad_norm):
+            self._norms.append(grad_norm)
         lead = self.rank == 0  # rank 0 reports the step (train_step, grad norm); every rank its own shard
         # the grad-norm probe decides nonfinite / clipped once (before zero_grad: per-group norms at a spike)
         gres = telemetry.probe().grad.observe(grad_norm=grad_norm, groups=self.model, step=step, emit=False,
