@@ -308,9 +308,9 @@ def acted(run_dir: Path, spec: dict[str, Any]) -> int | None:
     import rlobs
 
     with rlobs.open_run(run_dir) as rec:
-        row = rec.sql("SELECT min(step) FROM advantage WHERE step >= ? AND near_zero_std_groups > 0",
-                      [int(spec["onset"])]).fetchone()
-    return int(row[0]) if row and row[0] is not None else spec["onset"]
+        rows = rec.sql("SELECT min(step) FROM advantage WHERE step >= ? AND near_zero_std_groups > 0",
+                       [int(spec["onset"])]).fetchall()
+    return int(rows[0][0]) if rows and rows[0][0] is not None else spec["onset"]
 
 
 def collapsed(run_dir: Path) -> dict[str, float | None]:
