@@ -56,9 +56,12 @@ CLASSES: dict[str, tuple[str, list[str]]] = {
 # entropy collapse by sampling at T 0.5 at lr 1e-3 (held-out 0.27 -> 0.73); and lr 3e-3 / 1e-2 collapse within the
 # first 5 steps (held-out 0.22 -> 0.05 / 0.0 at the first evaluation): no room for a warning before the drop.
 HEALTHY = [*SYNC, "--lr", "3e-4"]
+# healthy separate_async (importance correction on, max staleness 2): the control with a nonzero truncation share
+HEALTHY_ASYNC = ["--mode", "separate_async", "--lr", "3e-4"]
 CALIBRATION_SEEDS = (0,)
-HELDOUT_SEEDS = (1, 2)
+HELDOUT_SEEDS = (1, 2, 3)  # seed 3 since 1 Dec 2026 (second run of the matrix, with the sixth-pass window)
 HEALTHY_SEEDS = {"calibration": (0, 1), "heldout": (2, 3, 4, 5)}
+HEALTHY_ASYNC_SEEDS = {"calibration": (0,), "heldout": (1, 2)}
 
 
 def _flags(run_dir: Path) -> list[str]:
@@ -76,6 +79,9 @@ def matrix(classes: list[str] | None = None) -> list[dict]:
                     for s in seeds]
     for split, seeds in HEALTHY_SEEDS.items():
         out += [{"name": f"healthy-s{s}", "class": "healthy", "split": split, "seed": s, "args": HEALTHY}
+                for s in seeds]
+    for split, seeds in HEALTHY_ASYNC_SEEDS.items():
+        out += [{"name": f"healthy-async-s{s}", "class": "healthy", "split": split, "seed": s, "args": HEALTHY_ASYNC}
                 for s in seeds]
     return out
 
