@@ -1,6 +1,6 @@
 """Evaluation of ``rlobs doctor`` on real trainer_ref runs: healthy seeds and every injected fault.
 
-    python -m bench.doctor_eval [--faults a,b] [--seeds 3] [--steps 10] [--onset 5]
+    python -m bench.doctor_eval [--faults a,b] [--seeds 3] [--steps 14] [--onset 5]
 
 One Ray session, one model build and one set of actors (vLLM generator, trainer, graders) serve every
 run: each run points the actors at its own record (``set_run``) and config (fault, seed), the trainer
@@ -185,7 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--faults", default=",".join(FAULTS), help="comma-separated fault names ('' for none)")
     p.add_argument("--seeds", type=int, default=3, help="healthy runs (seeds 0..N-1)")
-    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--steps", type=int, default=14)  # the calibration harness's length (was 10: see README)
     p.add_argument("--onset", type=int, default=5)
     p.add_argument("--root", default="runs/doctor_eval", help="where the run records go")
     p.add_argument("--out", default="bench/results/doctor_eval")
