@@ -47,10 +47,14 @@ CLASSES: dict[str, tuple[str, list[str]]] = {
     "lr-too-high": ("learning rate 1.5e-3, 5x the one that learns", [*SYNC, "--lr", "1.5e-3"]),
     "lr-warmup-too-high": ("linear warm-up from 3e-4 to a 3e-3 peak over 30 steps",
                            [*SYNC, "--lr", "3e-4", "--lr-peak", "3e-3", "--lr-warmup-steps", "30"]),
-    "kl-blow-up": ("KL term on (kl_coef 0.05) with a learning rate 10x", [*SYNC, "--lr", "3e-3", "--kl-coef", "0.05"]),
-    "staleness-no-is": ("separate_async, importance correction off, max staleness 8, lr 1e-3",
-                        ["--mode", "separate_async", "--lr", "1e-3", "--tis-cap", "0", "--max-staleness", "8"]),
+    "kl-blow-up": ("KL term on (kl_coef 0.05) with a learning rate 5x", [*SYNC, "--lr", "1.5e-3", "--kl-coef", "0.05"]),
+    "staleness-no-is": ("separate_async, importance correction off, max staleness 8, lr 5e-4",
+                        ["--mode", "separate_async", "--lr", "5e-4", "--tis-cap", "0", "--max-staleness", "8"]),
 }
+# 1 Dec 2026, second run of the matrix: kl-blow-up was lr 3e-3 and staleness-no-is lr 1e-3; both collapsed by the
+# first held-out evaluations (steps 5-10 in 6 of 8 runs), where no detector with a baseline can lead by 5 steps.
+# The slower settings were chosen after looking at seeds 0-1 of each (lr 1.5e-3: KL 0 -> 2-3 over 20 steps, one seed
+# dropped at 25; lr 5e-4 without IS: held-out 0.25 -> 0 over 35 steps): those two seeds are not a held-out result.
 # tried on one seed and left out of the matrix (they did not collapse in 40-60 steps; README "Early warning"):
 # reward hacking with the flawed 'verbose' grader at lr 1e-3 (held-out 0.22 -> 0.67: the loophole was not found),
 # entropy collapse by sampling at T 0.5 at lr 1e-3 (held-out 0.27 -> 0.73); and lr 3e-3 / 1e-2 collapse within the
