@@ -53,12 +53,12 @@ def _f(id: str, severity: str, alert_for: str | None, rule: bool = True, thresho
 # the precursor rules' drift detector (rlobs.detect.DriftDetector, fast-drift mode): the median of the last
 # ``window`` steps vs the median of the ``baseline`` steps ending ``lag`` steps earlier, ``h`` robust sigmas (noise
 # floored at ``min_rel`` x level and ``min_abs``) and ``min_effect`` apart; ``h`` and ``min_effect`` chosen on the
-# calibration runs of bench/early_warning.py (README, "Early warning"). Window 5 / baseline 8 / lag 5 (was 3 / 4 / 3)
-# since the doctor's sixth calibration pass: a 100-step run gives the detector ~100 looks, and at a 3-step window
+# doctor's calibration runs (bench/doctor_calib.py, third pass; README, "Early warning"). Window 5 / baseline 8 /
+# lag 5 (was 3 / 4 / 3) since the doctor's sixth calibration pass: a 100-step run gives the detector ~100 looks, and at a 3-step window
 # two consecutive natural grad-norm steps of 11-17x (or two all-zero-std steps) moved the median; a 4-step baseline's
 # MAD is noise itself. On the 90 healthy development runs of doctor_calib passes 4-5 (12-200 steps, every mode) the
-# old window warned on 4, this one on none; on the available collapse records neither warns before the drop
-# (bench/results/precursor_window.md). ``k`` is unused in this mode.
+# old window warned on 4, this one on none (tests/early_warning/test_precursors.py replays the 4); on the collapse
+# records neither warns before the drop (README, "How accurate is the doctor", sixth pass). ``k`` is unused here.
 _DRIFT = {"lag": 5, "baseline": 8, "window": 5, "skip": 0, "h": 3.0, "k": 1.0, "min_rel": 0.1, "min_abs": 1e-3}
 
 FAILURES: dict[str, Failure] = {f.id: f for f in (
