@@ -43,7 +43,7 @@ import threading
 import time
 import zlib
 from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 DEFAULT_MAGNITUDE: dict[str, float] = {
     "staleness_blowup": 2.0, "resume_staleness_jump": 3.0, "resume_skip": 2.0, "resume_repeat": 2.0,
@@ -150,7 +150,7 @@ def scale_loss(f: Fault, step: int, loss: Any) -> Any:
     return loss
 
 
-def spike_grads(f: Fault, step: int, params: Any, recent_norms: list[float]) -> None:
+def spike_grads(f: Fault, step: int, params: Any, recent_norms: Iterable[float]) -> None:
     """grad_spike: scale the onset step's gradient (all-reduced, before clipping) so its norm is ``magnitude`` x
     the median of ``recent_norms`` (the pre-clip norms of the steps before; its own norm when there are none).
     A step without gradient (every group zero-std) stays without: there is nothing to scale."""
@@ -164,7 +164,7 @@ def spike_grads(f: Fault, step: int, params: Any, recent_norms: list[float]) -> 
     grads = [p.grad for p in params if p.grad is not None]
     if not grads:
         return
-    now = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.detach().float()) for g in grads])))
+    now = float(torch.nn.utils.get_total_norm(grads))
     before = [n for n in recent_norms if math.isfinite(n) and n > 0]
     base = statistics.median(before) if before else now
     if now > 0:

@@ -148,7 +148,7 @@ class Trainer:
             b.acc, b.fresh_dl, b.fresh_tok, r_sum, r_sq, n_all = dp.reduce_sums(b.acc, b.fresh_dl, b.fresh_tok,
                                                                                    r_sum, r_sq, n_all)
             b.is_max, b.dl_max = dp.reduce_max(b.is_max, b.dl_max)
-        faults.spike_grads(self.fault, step, self.model.parameters(), list(self._norms))
+        faults.spike_grads(self.fault, step, self.model.parameters(), self._norms)
         grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), float(self.cfg["max_grad_norm"])))
         if math.isfinite(grad_norm):
             self._norms.append(grad_norm)
