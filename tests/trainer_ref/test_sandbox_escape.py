@@ -156,7 +156,7 @@ def test_program_runs_under_a_fresh_unprivileged_host_uid():
         seen: set[int] = set()
         deadline = time.monotonic() + 8
         while not seen and time.monotonic() < deadline:
-            seen = {uid for p, uid, _ in _procs() if b"/sandbox/main.py" in _cmdline(p) and b"bwrap" not in _cmdline(p)}
+            seen = {uid for p, uid in _program_uids()}
             time.sleep(0.05)
         fut.result()
     assert seen and min(seen) >= sandbox._UID_BASE
@@ -172,6 +172,27 @@ def _procs() -> list[tuple[str, int, str]]:
             out.append((pid, int(st["Uid"].split()[0]), st["State"].split()[0]))
         except (OSError, KeyError, ValueError):
             continue
+    return out
+
+
+def _program_uids() -> list[tuple[str, int]]:
+    """(pid, host uid) of the sandboxed interpreter: the uid is read between two reads of the command line that
+    both name the program, so a pid that was another (root) process when its status was read is not counted."""
+    def program(pid: str) -> bool:
+        cmd = _cmdline(pid)
+        return b"/sandbox/main.py" in cmd and b"bwrap" not in cmd
+
+    out = []
+    for pid in os.listdir("/proc"):
+        if not (pid.isdigit() and program(pid)):
+            continue
+        try:
+            st = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+            uid = int(st["Uid"].split()[0])
+        except (OSError, KeyError, ValueError):
+            continue
+        if program(pid):
+            out.append((pid, uid))
     return out
 
 
