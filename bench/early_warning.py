@@ -12,14 +12,15 @@ The drop (stated, per run): the first step where the training reward's trailing 
 ``DROP`` (absolute) below its running peak, or a held-out exact-match evaluation (every 5 steps, 32 prompts x 4)
 is ``DROP`` below the best one before it; a run without such a step did not collapse.
 
-The warning: the five precursor rules (``rlobs.doctor.rules.precursors``) replayed over the record step by step as
+The warning: the six precursor rules (``rlobs.doctor.rules.precursors``) replayed over the record step by step as
 it grew (``precursors.replay``: each step judged with only the steps up to it; the rules' detectors are online, so
 this is what ``rlobs doctor --follow`` would have printed at that step). Lead time = drop step - first warning
 step. A class is detected in a run when a warning comes strictly before the drop. Every warning on a healthy run
 counts as a false warning.
 
-Thresholds live in the failure table (``rlobs.failures``); they were chosen on the ``calibration`` split (seed 0 of
-every class and two healthy runs) and the tables report the ``heldout`` split (other seeds) separately.
+Thresholds live in the failure table (``rlobs.failures``); they were chosen or checked with the ``calibration``
+split in view (seeds 0-3 of every class, the first healthy seeds) and the tables report the ``heldout`` split
+(seeds trained after the rules were frozen) separately.
 """
 
 from __future__ import annotations
@@ -62,10 +63,18 @@ CLASSES: dict[str, tuple[str, list[str]]] = {
 HEALTHY = [*SYNC, "--lr", "3e-4"]
 # healthy separate_async (importance correction on, max staleness 2): the control with a nonzero truncation share
 HEALTHY_ASYNC = ["--mode", "separate_async", "--lr", "3e-4"]
-CALIBRATION_SEEDS = (0,)
-HELDOUT_SEEDS = (1, 2, 3)  # seed 3 since 1 Dec 2026 (second run of the matrix, with the sixth-pass window)
-HEALTHY_SEEDS = {"calibration": (0, 1), "heldout": (2, 3, 4, 5)}
-HEALTHY_ASYNC_SEEDS = {"calibration": (0,), "heldout": (1, 2)}
+# healthy separate_async *without* importance correction at max staleness 2 (the uncorrected-off-policy rule's
+# control: the same missing correction as staleness-no-is, at a lag where it does no harm)
+HEALTHY_ASYNC_NO_IS = ["--mode", "separate_async", "--lr", "3e-4", "--tis-cap", "0", "--max-staleness", "2"]
+# Splits (1 Dec 2026, fourth run of the matrix): "calibration" is every seed a threshold was chosen or checked
+# with in view (seeds 0-3 of each class: the first thresholds used seed 0, the slower KL / staleness settings
+# seeds 0-1, the uncorrected-off-policy rule seeds 0-3 and its no-IS controls 0-5); "heldout" are seeds
+# trained after the rules were frozen and scored once.
+CALIBRATION_SEEDS = (0, 1, 2, 3)
+HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
+HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": (6, 7, 8, 9, 10, 11)}
+HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": (3, 4, 5)}
+HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": (6, 7, 8, 9, 10, 11)}
 
 
 def _flags(run_dir: Path) -> list[str]:
@@ -86,6 +95,10 @@ def matrix(classes: list[str] | None = None) -> list[dict]:
                 for s in seeds]
     for split, seeds in HEALTHY_ASYNC_SEEDS.items():
         out += [{"name": f"healthy-async-s{s}", "class": "healthy", "split": split, "seed": s, "args": HEALTHY_ASYNC}
+                for s in seeds]
+    for split, seeds in HEALTHY_ASYNC_NO_IS_SEEDS.items():
+        out += [{"name": f"healthy-async-nois-s{s}", "class": "healthy", "split": split, "seed": s,
+                 "args": HEALTHY_ASYNC_NO_IS, "what": "healthy (separate_async, no IS correction, max staleness 2)"}
                 for s in seeds]
     return out
 
@@ -136,7 +149,7 @@ def drop_step(reward: list[tuple[int, float]], evals: list[tuple[int, float]]) -
 def judge(run_dir: Path) -> dict:
     from rlobs.doctor import diagnose
     from rlobs.doctor.context import RunContext
-    from rlobs.doctor.rules.precursors import PRECURSORS, replay, series
+    from rlobs.doctor.rules.precursors import PRECURSOR_IDS, replay, series
     from rlobs.store import open_run
 
     rec = open_run(run_dir)
@@ -148,7 +161,7 @@ def judge(run_dir: Path) -> dict:
         t0 = time.perf_counter()
         first = replay(ctx)
         replay_s = time.perf_counter() - t0
-        report = diagnose(rec, rule_ids=list(PRECURSORS))
+        report = diagnose(rec, rule_ids=list(PRECURSOR_IDS))
         whole = {f.rule: f.first_step for f in report.findings}
         findings = [{"rule": f.rule, "step": f.first_step, "title": f.title} for f in report.findings]
     finally:
@@ -165,28 +178,31 @@ def judge(run_dir: Path) -> dict:
 
 def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
     """The per-step signals of finished runs -> tests/early_warning/data/collapse_runs.json (the live-alert test
-    replays them into a real Prometheus)."""
+    replays them into a real Prometheus). Runs already in the file and not named here are kept."""
     from rlobs.doctor.context import RunContext
-    from rlobs.doctor.rules.precursors import series
+    from rlobs.doctor.rules.precursors import correction_cap, series
     from rlobs.store import open_run
 
-    out = {"source": "bench/early_warning.py extract (real trainer_ref runs, tiny-packed, no injected fault)",
-           "runs": {}}
+    path = ROOT / "tests/early_warning/data/collapse_runs.json"
+    out = json.loads(path.read_text()) if path.is_file() else {}
+    out.setdefault("runs", {})
+    out["source"] = "bench/early_warning.py extract (real trainer_ref runs, tiny-packed, no injected fault)"
     for e in entries:
         rec = open_run(runs / e["name"])
         try:
             ctx = RunContext(rec)
-            cols = {k: dict(series(ctx, k)) for k in ("reward", "grad_norm", "entropy", "kl", "zero_std", "is_clipped")}
+            cols = {k: dict(series(ctx, k)) for k in ("reward", "grad_norm", "entropy", "kl", "zero_std", "is_clipped",
+                                                      "ess", "staleness")}
+            cap = correction_cap(ctx)
         finally:
             rec.close()
         steps = sorted(cols["reward"])
         out["runs"][e["name"]] = {
             "class": e["class"], "what": CLASSES[e["class"]][0] if e["class"] in CLASSES else
-            "healthy (lr 3e-4)" if e["class"] == "healthy" else "exploratory: " + " ".join(e["args"]),
-            "args": e["args"], "seed": e["seed"],
+            e.get("what") or ("healthy (lr 3e-4)" if e["class"] == "healthy" else "exploratory: " + " ".join(e["args"])),
+            "args": e["args"], "seed": e["seed"], "correction_cap": cap,
             "expect": [x for x in expect.get(e["name"], "").split("+") if x],
             "steps": [{"step": s, **{k: round(v[s], 6) for k, v in cols.items() if s in v}} for s in steps]}
-    path = ROOT / "tests/early_warning/data/collapse_runs.json"
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {path} ({len(out['runs'])} runs)")
 

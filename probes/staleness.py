@@ -134,6 +134,7 @@ class BatchStaleness:
     mean_age_s: float
     max_age_s: float
     importance: ISStats | None
+    correction_cap: float | None = None
 
     def fields(self) -> dict[str, Any]:
         """The ``staleness`` event fields."""
@@ -144,6 +145,7 @@ class BatchStaleness:
             "mean_age_s": self.mean_age_s, "max_age_s": self.max_age_s,
             "is_ratio_mean": imp.mean if imp else None, "is_ratio_max": imp.max if imp else None,
             "is_clipped_ratio": imp.clipped_ratio if imp else None, "ess_ratio": imp.ess_ratio if imp else None,
+            "is_correction_cap": self.correction_cap,
         }
 
 
@@ -153,16 +155,21 @@ class StalenessProbe:
     max_staleness: drop samples whose staleness exceeds this (None: never).
     ttl_s: drop samples older than this many seconds since dispatch (None: never).
     is_cap: importance-ratio truncation cap used for ``is_clipped_ratio``.
+    correction_cap: the cap the consumer's loss applies to the importance ratio (0: none, stale samples are
+        used uncorrected; None: not said). Recorded as ``is_correction_cap``: with it, a low ``ess_ratio`` reads as
+        a bias nobody corrects (the doctor's ``precursor-uncorrected-off-policy``).
     ledger: a ``SampleLedger`` to route consumed/dropped transitions through (share one with the rest of
         the process for exactly-once checks); by default an untracked one that only emits.
     """
 
     def __init__(self, recorder: Recorderish | None = None, *, max_staleness: int | None = None,
-                 ttl_s: float | None = None, is_cap: float = 2.0, ledger: SampleLedger | None = None):
+                 ttl_s: float | None = None, is_cap: float = 2.0, ledger: SampleLedger | None = None,
+                 correction_cap: float | None = None):
         self._recorder = recorder
         self.max_staleness = max_staleness
         self.ttl_s = ttl_s
         self.is_cap = is_cap
+        self.correction_cap = None if correction_cap is None else float(correction_cap)
         self.ledger = ledger if ledger is not None else SampleLedger(recorder, track=False)
         self.drops: Counter[str] = Counter()
 
@@ -220,7 +227,7 @@ class StalenessProbe:
             samples=n, histogram=dict(Counter(stal)), max_staleness=max(stal) if n else None,
             mean_staleness=float(sum(stal)) / n if n else math.nan,
             mean_age_s=float(sum(ages)) / n if n else math.nan, max_age_s=max(ages) if n else math.nan,
-            importance=imp,
+            importance=imp, correction_cap=self.correction_cap,
         )
         recorder_or_global(self._recorder).emit("staleness", **result.fields())
         return result

@@ -153,6 +153,9 @@ METRICS: tuple[MetricSpec, ...] = (
        (), S("staleness", "set", "is_clipped_ratio")),
     _m("rlobs_effective_sample_size_ratio", "gauge", "ratio", "Effective sample size over tokens, last batch.",
        (), S("staleness", "set", "ess_ratio")),
+    _m("rlobs_importance_correction_cap", "gauge", "1",
+       "Importance-ratio cap the trainer's loss applies (0: stale samples used uncorrected).",
+       (), S("staleness", "set", "is_correction_cap")),
     # --- queues and throughput ---
     _m("rlobs_queue_depth", "gauge", "1", "Items in a bounded queue.",
        ("queue",), S("queue", "set", "depth", labels={"queue": "queue"})),

@@ -124,6 +124,12 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("precursor-zero-std-rising", "warning", "1m",
        thresholds={**_DRIFT, "min_abs": 0.05, "min_effect": 1.0, "min_level": 0.8, "impact_share": 0.75,
                    "learning_gain": 0.05, "solved_reward": 0.6}),
+    # a level, not a drift: chosen on bench/early_warning.py's calibration runs: staleness-without-IS seeds 0-3
+    # warn at steps 6-9, 3-19 steps before held-out success fell (impact_steps: those leads, the finding's time to
+    # impact); six separate_async runs without IS at max staleness 2 (which learn) keep the 5-step median ESS at
+    # >= 0.89 (a 3-step median dipped to 0.77 on one: hence the 5-step window, the fast-drift rules' own)
+    _f("precursor-uncorrected-off-policy", "warning", "1m",
+       thresholds={"window": 5, "ess_below": 0.8, "min_staleness": 1.0, "impact_steps_low": 3, "impact_steps_high": 19}),
 )}
 
 

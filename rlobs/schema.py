@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-SCHEMA_VERSION = "1.3"  # 1.3: weight_sync.path; 1.2: parity.mean_abs_dprob / max_abs_dprob, kind rollout_summary (importers)
+SCHEMA_VERSION = "1.4"  # 1.4: staleness.is_correction_cap; 1.3: weight_sync.path; 1.2: parity.mean_abs_dprob / max_abs_dprob, kind rollout_summary (importers)
 SCHEMA_MAJOR = 1
 
 # Documented migrations between major versions (none yet: 1 is the first).
@@ -153,6 +153,7 @@ _KIND_LIST: tuple[Kind, ...] = (
         F("is_ratio_max", "float64", "max importance ratio"),
         F("is_clipped_ratio", "float64", "share of tokens whose importance ratio was truncated"),
         F("ess_ratio", "float64", "effective sample size / tokens"),
+        F("is_correction_cap", "float64", "importance-ratio cap the loss applies (0: samples used uncorrected)"),
     )),
     Kind("weight_sync", "one boundary span of one weight sync", (
         F("version", "int64", "policy version being synced"),

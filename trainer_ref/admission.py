@@ -38,7 +38,7 @@ class Admission:
         self.cfg, self.fault, self.ledger = cfg, fault, ledger
         self.dropped: dict[str, int] = dict(dropped or {})
         self.probe = StalenessProbe(telemetry.SWITCH, max_staleness=cfg.max_staleness, ttl_s=cfg.rollout_ttl_s,
-                                    is_cap=cfg.tis_cap or 2.0, ledger=ledger)
+                                    is_cap=cfg.tis_cap or 2.0, ledger=ledger, correction_cap=cfg.tis_cap)
 
     @property
     def drops(self) -> dict[str, int]:

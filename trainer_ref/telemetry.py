@@ -54,7 +54,8 @@ class Probes:
         self.parity = P.ParityProbe(SWITCH)
         self.staleness = P.StalenessProbe(SWITCH, max_staleness=int(cfg.get("max_staleness", 2)),
                                           ttl_s=float(cfg.get("rollout_ttl_s", 120.0)),
-                                          is_cap=float(cfg.get("tis_cap", 2.0)) or 2.0)
+                                          is_cap=float(cfg.get("tis_cap", 2.0)) or 2.0,
+                                          correction_cap=float(cfg.get("tis_cap", 2.0)))
         self.goodput = P.GoodputAccount(SWITCH)
         self.liveness = P.Liveness(SWITCH)
         self.throughput = P.ThroughputMeter(SWITCH, window_s=0.0)

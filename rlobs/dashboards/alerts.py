@@ -471,7 +471,7 @@ def _reward_not_climbing(recent: str, history: str, gain: float) -> str:
 
 def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                     history: str = PRECURSOR_WINDOWS["history"]) -> tuple[AlertRule, ...]:
-    """The five precursor alerts. ``recent``/``history``: the committed rules use the defaults (a run whose steps
+    """The six precursor alerts. ``recent``/``history``: the committed rules use the defaults (a run whose steps
     take tens of seconds or more); a test that replays a recorded run faster scales them (and their ``for``)."""
     from rlobs.failures import failure
 
@@ -484,6 +484,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
     on = f" and on ({', '.join(GROUP)}) "
     g, e, i, k, z = (th("precursor-grad-norm-drift"), th("precursor-entropy-decline"),
                      th("precursor-importance-truncation"), th("precursor-kl-creep"), th("precursor-zero-std-rising"))
+    u = th("precursor-uncorrected-off-policy")
     win = f"the last {recent} vs the {history} before"
     out = (
         AlertRule(
@@ -549,6 +550,23 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             "group size; lower the learning rate.",
             PromtoolCase((("rlobs_advantage_zero_std_groups_ratio", {}, "0.1x70 0.9x20"),
                           ("rlobs_reward_mean", {}, "0.2x90")), "90%", not_yet_min=70, firing_min=88)),
+        # a level, not a drift (like the doctor's rule): the ESS is already a ratio to "on-policy" (1.0)
+        AlertRule(
+            "precursor-uncorrected-off-policy", "warning",
+            running(f"({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
+                    f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['min_staleness']:g}){on}"
+                    f"({agg('max', 'max_over_time(' + series('rlobs_importance_correction_cap', ALERT) + '[' + recent + '])', GROUP)}"
+                    " == 0)"), f("precursor-uncorrected-off-policy"),
+            "Early warning: stale samples trained on without importance correction, divergence ahead ({{ $labels.run }})",
+            "The median effective sample size of the importance ratios in {{ $labels.component }} (run {{ $labels.run }}) "
+            "is {{ $value | humanizePercentage }} of the tokens over the last " + recent + f", under {u['ess_below']:.0%}, at a "
+            f"median staleness of {u['min_staleness']:g}+ versions, and the loss applies no importance correction "
+            "(cap 0): every update is biased towards the stale policies, the precursor of an off-policy divergence "
+            f"(held-out success fell {u['impact_steps_low']:g}-{u['impact_steps_high']:g} steps later in the early-warning "
+            "bench). Turn truncated IS on; tighten max staleness.",
+            PromtoolCase((("rlobs_effective_sample_size_ratio", {}, "0.98x70 0.5x20"),
+                          ("rlobs_staleness_mean_versions", {}, "2x90"),
+                          ("rlobs_importance_correction_cap", {}, "0x90")), "50%", not_yet_min=70, firing_min=88)),
     )
     return out
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from pathlib import Path
 
 import pytest
@@ -18,7 +19,7 @@ from rlobs.detect import DriftDetector, drifts, theil_sen
 from rlobs.doctor import diagnose
 from rlobs.doctor.context import RunContext
 from rlobs.doctor.model import Insufficient
-from rlobs.doctor.rules.precursors import PRECURSORS, replay
+from rlobs.doctor.rules.precursors import PRECURSOR_IDS, PRECURSORS, UNCORRECTED, replay
 from rlobs.failures import FAILURES
 
 from .replay import emit_step
@@ -26,13 +27,16 @@ from .replay import emit_step
 DATA = json.loads((Path(__file__).with_name("data") / "collapse_runs.json").read_text())
 
 
-def _record(tmp_path: Path, name: str) -> Path:
+def _record(tmp_path: Path, name: str, correction_cap: float | None | str = "recorded",
+            config: dict | None = None) -> Path:
+    """The run's record rebuilt; ``correction_cap``: the cap its staleness events carry ("recorded": the run's own)."""
     run = DATA["runs"][name]
     d = tmp_path / name
+    cap = run.get("correction_cap") if correction_cap == "recorded" else correction_cap
     rec = rlobs.init(d, component="trainer", rank=0, run_id=name, prometheus=False, set_global=False,
-                     config={"mode": "sync"})
+                     config=config or {"mode": "sync"})
     for row in run["steps"]:
-        emit_step(rec, row)
+        emit_step(rec, row, correction_cap=cap)
     rec.close()
     return d
 
@@ -44,14 +48,15 @@ def _by_class(cls: str) -> list[str]:
 @pytest.mark.parametrize("name", [n for n, r in DATA["runs"].items() if r["class"] != "healthy" and r["expect"]])
 def test_a_real_collapse_run_gets_its_early_warning(tmp_path, name):
     run = DATA["runs"][name]
-    report = diagnose(rlobs.open_run(_record(tmp_path, name)), rule_ids=list(PRECURSORS))
+    report = diagnose(rlobs.open_run(_record(tmp_path, name)), rule_ids=list(PRECURSOR_IDS))
     found = {f.rule: f for f in report.findings}
     for fid in run["expect"]:
         assert fid in found, f"{name}: {fid} silent; findings {sorted(found)}, insufficient {report.insufficient}"
         f = found[fid]
         assert f.severity.name == "WARNING" and f.first_step is not None
         names = {e.metric for e in f.evidence}
-        assert "expected time to impact" in names and "slope per step (Theil-Sen, last steps)" in names
+        assert "expected time to impact" in names
+        assert fid == UNCORRECTED or "slope per step (Theil-Sen, last steps)" in names  # a level rule has no slope
         assert f.remediation and f.root_cause and "early warning" in f.title
         assert f.runbook.endswith(f"{fid}.md")
     assert report.exit_code == 1  # warnings, not critical: nothing has broken yet
@@ -59,7 +64,7 @@ def test_a_real_collapse_run_gets_its_early_warning(tmp_path, name):
 
 @pytest.mark.parametrize("name", _by_class("healthy"))
 def test_no_early_warning_on_a_real_healthy_run(tmp_path, name):
-    report = diagnose(rlobs.open_run(_record(tmp_path, name)), rule_ids=list(PRECURSORS))
+    report = diagnose(rlobs.open_run(_record(tmp_path, name)), rule_ids=list(PRECURSOR_IDS))
     assert not report.findings, [f.title for f in report.findings]
 
 
@@ -69,14 +74,14 @@ def test_replay_as_the_record_grows_equals_the_whole_record(tmp_path):
     for name in DATA["runs"]:
         rec = rlobs.open_run(_record(tmp_path, name))
         grown = replay(RunContext(rec))
-        whole = {f.rule: f.first_step for f in diagnose(rec, rule_ids=list(PRECURSORS)).findings}
+        whole = {f.rule: f.first_step for f in diagnose(rec, rule_ids=list(PRECURSOR_IDS)).findings}
         assert {k: v for k, v in grown.items() if v is not None} == whole, name
 
 
 def test_thresholds_come_from_the_failure_table():
     from rlobs.doctor import registry
 
-    for fid in PRECURSORS:
+    for fid in PRECURSOR_IDS:
         assert FAILURES[fid].alert and FAILURES[fid].rule
         assert dict(registry()[fid].thresholds) == dict(FAILURES[fid].thresholds)
 
@@ -88,9 +93,48 @@ def test_a_run_without_the_signal_is_insufficient_data(tmp_path):
         rec.set_step(s)
         rec.emit("train_step", loss=0.0, grad_norm=1.0, reward_mean=0.3, entropy=0.9)
     rec.close()
-    report = diagnose(rlobs.open_run(d), rule_ids=list(PRECURSORS))
+    report = diagnose(rlobs.open_run(d), rule_ids=list(PRECURSOR_IDS))
     assert "precursor-kl-creep" in report.insufficient and "precursor-importance-truncation" in report.insufficient
+    assert UNCORRECTED in report.insufficient
     assert not report.findings
+
+
+# ---------- stale samples without importance correction ----------
+STALE = next(n for n, r in DATA["runs"].items() if UNCORRECTED in r["expect"])
+CONTROL = next(n for n, r in DATA["runs"].items() if r["class"] == "healthy" and r.get("correction_cap") == 0)
+
+
+def test_uncorrected_off_policy_warns_on_the_real_stale_run_and_names_the_fix(tmp_path):
+    report = diagnose(rlobs.open_run(_record(tmp_path, STALE)), rule_ids=[UNCORRECTED])
+    (f,) = report.findings
+    run = DATA["runs"][STALE]
+    th = FAILURES[UNCORRECTED].thresholds
+    ess = [r["ess"] for r in run["steps"] if r["step"] <= f.first_step]
+    assert statistics.median(ess[-int(th["window"]):]) < th["ess_below"]  # the median the rule judged
+    assert statistics.median(ess[-int(th["window"]) - 1:-1]) >= th["ess_below"]  # and the step before it did not
+    assert "without importance correction" in f.title and f.first_step < 10
+    assert any("tis-cap" in r or "importance sampling" in r for r in f.remediation)
+
+
+def test_the_same_ratios_with_correction_on_are_not_this_rules_business(tmp_path):
+    """The condition that makes it a precursor is the missing correction: the same record with the loss capping
+    the ratios at 2 (what truncation handles) is quiet, and one that does not say is insufficient data."""
+    on = diagnose(rlobs.open_run(_record(tmp_path / "on", STALE, correction_cap=2.0)), rule_ids=[UNCORRECTED])
+    assert not on.findings and UNCORRECTED not in on.insufficient
+    unknown = diagnose(rlobs.open_run(_record(tmp_path / "unknown", STALE, correction_cap=None)),
+                       rule_ids=[UNCORRECTED])
+    assert not unknown.findings and "correct" in unknown.insufficient[UNCORRECTED]
+
+
+def test_records_before_schema_1_4_read_the_cap_from_the_run_config(tmp_path):
+    d = _record(tmp_path, STALE, correction_cap=None, config={"mode": "separate_async", "tis_cap": 0.0})
+    assert [f.rule for f in diagnose(rlobs.open_run(d), rule_ids=[UNCORRECTED]).findings] == [UNCORRECTED]
+
+
+def test_no_correction_at_a_small_lag_is_quiet(tmp_path):
+    """The real control: separate_async without IS at max staleness 2 learns, and its ESS stays high."""
+    assert DATA["runs"][CONTROL]["steps"][-1]["staleness"] > 0
+    assert not diagnose(rlobs.open_run(_record(tmp_path, CONTROL)), rule_ids=[UNCORRECTED]).findings
 
 
 # ---------- the detector ----------
@@ -160,7 +204,7 @@ def test_long_healthy_runs_with_natural_bursts_get_no_early_warning(tmp_path):
     fast = [p for p in PRECURSORS if FAILURES[p].thresholds.get("lag", 0) > 0]
     for name in LONG["runs"]:
         run_dir = _long_record(tmp_path, name)
-        report = diagnose(rlobs.open_run(run_dir), rule_ids=list(PRECURSORS))
+        report = diagnose(rlobs.open_run(run_dir), rule_ids=list(PRECURSOR_IDS))
         assert not report.findings, f"{name}: {[(f.rule, f.first_step) for f in report.findings]}"
         old = diagnose(rlobs.open_run(run_dir), rule_ids=fast, thresholds={p: OLD_WINDOW for p in fast})
         assert old.findings, f"{name}: the old window was quiet too; the record no longer probes the edge"

@@ -108,3 +108,14 @@ def test_queue_depth_sample(live):
 def test_consume_checks_lengths():
     with pytest.raises(ValueError, match="2 sample ids but 1 tags"):
         StalenessProbe().consume(["a", "b"], [_tag(1, 0)], 1)
+
+
+def test_the_correction_the_loss_applies_travels_with_the_batch(live):
+    """A consumer that uses stale samples uncorrected says so (cap 0): the doctor's uncorrected-off-policy rule and
+    its live alert read it next to the batch's effective sample size; one that does not say records nothing."""
+    gen, train = [np.log([0.5, 0.5, 0.5])], [np.log([0.9, 0.1, 0.5])]
+    b = StalenessProbe(correction_cap=0).consume(["a"], [_tag(3, 1.0)], 5, gen_logprobs=gen, train_logprobs=train,
+                                                now_ns=BASE)
+    assert b.fields()["is_correction_cap"] == 0.0 and b.importance.ess_ratio < 0.8
+    assert live.value("rlobs_importance_correction_cap") == 0.0
+    assert StalenessProbe().consume(["b"], [_tag(5, 1.0)], 5, now_ns=BASE).fields()["is_correction_cap"] is None

@@ -14,10 +14,17 @@ step to measure it, and ``tests/doctor/test_precursors.py`` checks the two agree
 | precursor-importance-truncation | share of tokens whose importance ratio is truncated, or mean staleness, rising | off-policy divergence | tighten max staleness, keep/raise IS truncation |
 | precursor-kl-creep | KL to the reference rising | KL blow-up: the policy leaves the reference | raise kl_coef, lower the learning rate |
 | precursor-zero-std-rising | share of zero-std groups rising while the reward is low | learning stops (no gradient signal) | raise temperature / group size, filter solved or unsolvable prompts |
+| precursor-uncorrected-off-policy | effective sample size of the importance ratios low while the loss applies no correction | off-policy divergence (held-out success falls) | turn truncated IS on, tighten max staleness |
 
 Learning is not a precursor: a healthy run's entropy falls and its solved groups turn zero-std as its reward
 climbs. The entropy and zero-std rules therefore stay silent while the training reward is above its early
-level by ``learning_gain`` (and the zero-std rule while the reward is high: solved, not stuck). Thresholds
+level by ``learning_gain`` (and the zero-std rule while the reward is high: solved, not stuck).
+
+``precursor-uncorrected-off-policy`` is a level rule, not a drift: stale samples whose importance ratios have
+lost a fifth of their effective sample size (median of the last ``window`` steps under ``ess_below``) are trained on
+with no importance correction (``staleness.is_correction_cap`` 0, or the run config's ``tis_cap`` 0): the update
+is biased towards the policies that generated them, every step. With correction on, the same ESS is what the
+truncation handles (``precursor-importance-truncation`` watches it). Thresholds
 come from the failure table (``rlobs.failures``), chosen on the calibration runs of ``bench/early_warning.py``
 and reported on other seeds (README, "Early warning").
 """
@@ -63,7 +70,8 @@ def series(ctx: RunContext, name: str) -> Series:
         "grad_norm": ("train_step", "max", "grad_norm"), "entropy": ("train_step", "avg", "entropy"),
         "kl": ("train_step", "avg", "kl"), "reward": ("train_step", "avg", "reward_mean"),
         "is_clipped": ("staleness", "max", "is_clipped_ratio"), "staleness": ("staleness", "max", "mean_staleness"),
-        "zero_std": ("advantage", "max", "zero_std_ratio"),
+        "zero_std": ("advantage", "max", "zero_std_ratio"), "ess": ("staleness", "min", "ess_ratio"),
+        "correction_cap": ("staleness", "max", "is_correction_cap"),
     }[name]
     sql = (kind, f"SELECT step, {agg}({col}) FROM {kind} " + where.format(col=col))
     return _cap(ctx.memo(("precursor_series", name), lambda: _per_step(ctx, *sql)), ctx)
@@ -248,6 +256,79 @@ for _p, _needs in ((PRECURSORS["precursor-grad-norm-drift"], ("train_step",)),
           "slope and the action. Thresholds: the failure table (rlobs.failures)."), {})
 
 
+UNCORRECTED = "precursor-uncorrected-off-policy"
+
+
+def correction_cap(ctx: RunContext) -> float | None:
+    """The importance-ratio cap the trainer's loss applies: the staleness events' ``is_correction_cap`` (schema
+    1.4), else the run config's ``tis_cap`` (trainer_ref records written before 1.4); None when neither says."""
+    caps = series(ctx, "correction_cap")
+    if caps:
+        return caps[-1][1]
+    cap = ctx.cfg("tis_cap", "trainer.tis_cap")
+    return float(cap) if isinstance(cap, (int, float)) and not isinstance(cap, bool) else None
+
+
+@rule(UNCORRECTED, concern="early_warning", title="Early warning: off-policy divergence (uncorrected stale samples)",
+      needs=("staleness",), thresholds={})
+def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Early warning of an off-policy divergence: the importance ratios of the consumed samples (current policy
+    over the one that generated them) have an effective sample size under ``ess_below`` of the tokens (median of
+    the last ``window`` steps) at a mean staleness of at least ``min_staleness`` versions, and the loss applies no
+    importance correction (cap 0): every step's update is biased towards stale policies. Quiet when the correction
+    is on or unknown. Thresholds: the failure table (rlobs.failures)."""
+    ess = series(ctx, "ess")
+    if not ess:
+        return Insufficient("no staleness events with ess_ratio (importance-sampling statistics)")
+    cap = correction_cap(ctx)
+    if cap is None:
+        return Insufficient("the record does not say whether the loss corrects stale samples (no "
+                            "staleness.is_correction_cap, no tis_cap in the run config)")
+    if cap > 0:
+        return []
+    w = int(th["window"])
+    stale = dict(series(ctx, "staleness"))
+    for i in range(w - 1, len(ess)):
+        last = ess[i - w + 1:i + 1]
+        level = statistics.median(v for _, v in last)
+        st = [stale[s] for s, _ in last if s in stale]
+        mean_st = statistics.median(st) if st else 0.0
+        if level >= th["ess_below"] or mean_st < th["min_staleness"]:
+            continue
+        step = ess[i][0]
+        first = next((s for s, v in ess[:i + 1] if v < th["ess_below"] and stale.get(s, 0.0) >= th["min_staleness"]),
+                     step)
+        return [Finding(
+            rule=UNCORRECTED, severity=Severity.WARNING,
+            title=(f"early warning: stale samples trained on without importance correction, their effective sample "
+                   f"size down to {level:.0%} of the tokens by step {step} (staleness {mean_st:.1f}); off-policy "
+                   f"divergence expected within {th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"),
+            first_step=step, last_step=step,
+            evidence=[Evidence("staleness.ess_ratio", round(level, 4), th["ess_below"], (first, step),
+                               f"median of the last {w} steps; 1.0 = on-policy, the rest of the batch's weight is "
+                               "carried by a few tokens the stale policy sampled unlike the current one"),
+                      Evidence("staleness.mean_staleness", round(mean_st, 3), th["min_staleness"], (first, step),
+                               "median over the same steps (policy versions between generation and training)"),
+                      Evidence("importance correction cap (tis_cap)", cap, None, None,
+                               "0: the loss uses the stale samples as if on-policy"),
+                      Evidence("expected time to impact", f"{th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps",
+                               None, None, "held-out success fell this many steps after the warning in "
+                               "bench/early_warning.py's staleness-without-IS runs")],
+            root_cause=("the generator runs ahead of the trainer (staleness) and the loss applies no importance "
+                        "correction, so the gradient follows the stale policies' samples; the bias grows with the "
+                        "gap between the policies (the falling ESS) and compounds step after step"),
+            confidence=0.7,
+            remediation=["turn truncated importance sampling on (trainer_ref: --tis-cap 2; verl: rollout "
+                         "correction / TIS; AReaL: decoupled PPO)",
+                         "tighten max_staleness (e.g. 1-2) or slow the generator down",
+                         "resume from a checkpoint before the warning; rlobs doctor RUN --rule staleness-over-bound"],
+        )]
+    return []
+
+
+PRECURSOR_IDS: tuple[str, ...] = (*PRECURSORS, UNCORRECTED)
+
+
 def replay(ctx: RunContext, rule_ids: Sequence[str] | None = None,
            thresholds: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, int | None]:
     """First step each precursor rule warns on when the record is judged step by step as it grows (each
@@ -256,8 +337,9 @@ def replay(ctx: RunContext, rule_ids: Sequence[str] | None = None,
     from rlobs.doctor.model import registry
 
     rules = registry()
-    ids = list(rule_ids or PRECURSORS)
-    steps = sorted({s for s, _ in series(ctx, "reward")} | {s for s, _ in series(ctx, "grad_norm")})
+    ids = list(rule_ids or PRECURSOR_IDS)
+    steps = sorted({s for s, _ in series(ctx, "reward")} | {s for s, _ in series(ctx, "grad_norm")}
+                   | {s for s, _ in series(ctx, "ess")})
     out: dict[str, int | None] = {rid: None for rid in ids}
     for step in steps:
         ctx.until_step = step  # type: ignore[attr-defined]
