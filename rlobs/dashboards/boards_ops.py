@@ -159,8 +159,10 @@ def staleness_throughput() -> Board:
            q(s.gauge("rlobs_predicted_staleness_versions", D), "predicted"), width=12),
         ts("Sample age at consumption", m.SECONDS, "Age of consumed samples.",
            _p(0.5, "rlobs_sample_age_seconds"), _p(0.95, "rlobs_sample_age_seconds")),
-        ts("Importance ratio", m.NUMBER, "Max and mean importance-sampling ratio of the last batch.",
-           q(s.gauge("rlobs_importance_ratio_max", D), "max"), q(s.gauge("rlobs_importance_ratio_mean", D), "mean")),
+        ts("Importance ratio", m.NUMBER, "Max and mean importance-sampling ratio of the last batch, and the cap the "
+           "loss truncates it at (0: no correction, stale samples used as if on-policy).",
+           q(s.gauge("rlobs_importance_ratio_max", D), "max"), q(s.gauge("rlobs_importance_ratio_mean", D), "mean"),
+           q(s.gauge("rlobs_importance_correction_cap", D), "correction cap")),
         ts("IS clipping and effective sample size", m.PERCENT, "Share of clipped tokens and ESS over tokens.",
            q(s.gauge("rlobs_importance_clipped_ratio", D), "clipped"),
            q(s.gauge("rlobs_effective_sample_size_ratio", D, "min"), "ESS")),
