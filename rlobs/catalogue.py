@@ -58,6 +58,9 @@ class Source:
     where: Mapping[str, Any] = dc_field(default_factory=dict)  # event field -> required value
     scale: float = 1.0  # value multiplier (e.g. 1e-9 for ns -> s)
     finite_only: bool = False  # "set": keep the last finite value (a NaN means "no tokens", not a reading)
+    # "set": no series until an event carries a value (where the default 0 of an unset gauge would be a claim:
+    # a correction cap of 0 reads "no correction")
+    absent_until_set: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,7 +158,7 @@ METRICS: tuple[MetricSpec, ...] = (
        (), S("staleness", "set", "ess_ratio")),
     _m("rlobs_importance_correction_cap", "gauge", "1",
        "Importance-ratio cap the trainer's loss applies (0: stale samples used uncorrected).",
-       (), S("staleness", "set", "is_correction_cap")),
+       (), S("staleness", "set", "is_correction_cap", absent_until_set=True)),
     # --- queues and throughput ---
     _m("rlobs_queue_depth", "gauge", "1", "Items in a bounded queue.",
        ("queue",), S("queue", "set", "depth", labels={"queue": "queue"})),

@@ -71,7 +71,7 @@ class _Route:
     """Feeds one metric from one event kind."""
 
     __slots__ = ("spec", "metric", "op", "value_field", "value_index", "label_fields", "where", "scale",
-                 "children", "base", "overflowed", "finite_only")
+                 "children", "base", "overflowed", "finite_only", "absent_until_set")
 
     def __init__(self, spec: MetricSpec, metric: Any, base: tuple[str, str]):
         src = spec.source
@@ -85,6 +85,7 @@ class _Route:
         self.where = tuple(src.where.items())
         self.scale = src.scale
         self.finite_only = src.finite_only
+        self.absent_until_set = src.absent_until_set
         self.children: dict[tuple[str, ...], Any] = {}
         self.base = base
         self.overflowed = 0
@@ -94,6 +95,8 @@ class _Route:
         for k, v in self.where:
             if fields.get(k) != v:
                 return
+        if self.absent_until_set and fields.get(self.value_field) is None and not self.children:
+            return  # no value yet: no series (an unset gauge would read 0)
         if self.label_fields:
             key = tuple("" if fields.get(f) is None else str(fields.get(f)) for f in self.label_fields)
         else:

@@ -133,7 +133,7 @@ class Run:
         self.emit(t0, "staleness", samples=8, max_staleness=staleness, mean_staleness=staleness * 0.8,
                   histogram=json.dumps({str(staleness): 8}), mean_age_s=3.0, max_age_s=6.0,
                   is_ratio_mean=1.0 + 0.1 * staleness, is_ratio_max=1.2 + 0.5 * staleness,
-                  is_clipped_ratio=0.3 if bad else 0.01, ess_ratio=0.6 if bad else 0.97)
+                  is_clipped_ratio=0.3 if bad else 0.01, ess_ratio=0.6 if bad else 0.97, is_correction_cap=2.0)
         nonfinite = bad and step % 2 == 0
         spike = bad and not nonfinite
         grad = math.nan if nonfinite else (1.2e4 if spike else r.uniform(0.8, 1.5))

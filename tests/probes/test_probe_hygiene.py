@@ -38,7 +38,7 @@ def _exercise_every_probe(live) -> None:
     probes.record_rollout("s1", tag, group_id="g1", prompt_tokens=5, completion_tokens=7, finish_reason="stop",
                           gen_seconds=0.2, logprobs=[-0.1] * 7, ledger=led)
     probes.record_rollout("s2", tag, group_id="g1", completion_tokens=9, finish_reason="length", ledger=led)
-    sp = probes.StalenessProbe(ledger=led, max_staleness=1)
+    sp = probes.StalenessProbe(ledger=led, max_staleness=1, correction_cap=2.0)
     assert sp.admit("s2", tag, 3) == "stale"
     sp.consume(["s1"], [tag], 3, gen_logprobs=[np.full(7, -0.1)], train_logprobs=[np.full(7, -0.12)])
     probes.record_queue("rollout", 1, 8, 0.5)

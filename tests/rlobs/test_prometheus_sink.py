@@ -88,6 +88,19 @@ def test_parity_gauges_keep_the_last_batch_with_tokens(prom_rec):
     assert got["rlobs_parity_kl_k3"] == 0.001
 
 
+def test_a_correction_cap_nobody_gave_is_absent_not_zero(prom_rec):
+    """A staleness event from a consumer that does not say whether its loss corrects stale samples must not
+    export a correction cap of 0 ("no correction": RlobsPrecursorUncorrectedOffPolicy reads exactly that)."""
+    rec = prom_rec
+    rec.emit("staleness", samples=8, mean_staleness=3.0, ess_ratio=0.5)
+    assert rec.flush()
+    got = {k[0]: v for k, v in _samples(_scrape(rec.metrics_url)).items()}
+    assert got["rlobs_effective_sample_size_ratio"] == 0.5 and "rlobs_importance_correction_cap" not in got
+    rec.emit("staleness", samples=8, mean_staleness=3.0, ess_ratio=0.5, is_correction_cap=0.0)
+    assert rec.flush()
+    assert {k[0]: v for k, v in _samples(_scrape(rec.metrics_url)).items()}["rlobs_importance_correction_cap"] == 0.0
+
+
 def test_events_become_catalogue_metrics_with_exact_values(prom_rec):
     rec = prom_rec
     for lat, outcome in [(0.2, "ok"), (0.4, "ok"), (7.0, "timeout")]:
