@@ -1,11 +1,11 @@
 """Early-warning rules: precursors of a coming collapse, seen before the reward shows it.
 
-Each rule runs ``rlobs.detect.DriftDetector`` in fast-drift mode (the median of the last ``window`` steps against
+Each drift rule runs ``rlobs.detect.DriftDetector`` in fast-drift mode (the median of the last ``window`` steps against
 the median of the ``baseline`` steps ending ``lag`` steps earlier, ``h`` robust sigmas and ``min_effect`` apart; a
 Theil-Sen slope for the time to impact) over one per-step signal, step by step, so the step a finding
 names is the first step at which the record *up to that step* already showed the drift: the same answer
 ``rlobs doctor --follow`` gives while the run is written (``bench/early_warning.py`` replays records step by
-step to measure it, and ``tests/doctor/test_precursors.py`` checks the two agree).
+step to measure it, and ``tests/early_warning/test_precursors.py`` checks the two agree).
 
 | rule | signal | coming failure | action |
 |---|---|---|---|
@@ -333,7 +333,7 @@ def replay(ctx: RunContext, rule_ids: Sequence[str] | None = None,
            thresholds: Mapping[str, Mapping[str, float]] | None = None) -> dict[str, int | None]:
     """First step each precursor rule warns on when the record is judged step by step as it grows (each
     step sees only the steps up to it). Equals each finding's ``first_step`` on the whole record: the
-    detectors are online (``tests/doctor/test_precursors.py`` checks it)."""
+    detectors are online (``tests/early_warning/test_precursors.py`` checks it)."""
     from rlobs.doctor.model import registry
 
     rules = registry()
