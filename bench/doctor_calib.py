@@ -290,7 +290,8 @@ def judge(spec: dict[str, Any], findings: list[Found]) -> dict[str, Any]:
     hit = next((f for f in findings if ok(f)), None)
     at = None if hit is None else hit[2]
     delay = None if at is None else max(0, at - acted)
-    out.update(acted=acted, delay_from_onset=None if at is None else max(0, at - onset), expected=want, recall=hit is not None, top1_ok=bool(ranked) and ok(ranked[0]),
+    out.update(acted=acted, delay_from_onset=None if at is None else max(0, at - onset), expected=want,
+               recall=hit is not None, top1_ok=bool(ranked) and ok(ranked[0]),
                delay=delay, allowed=allowed, in_time=delay is not None and delay <= allowed,
                found_as=hit[0] if hit else None, found_severity=hit[1] if hit else None)
     return out

@@ -162,17 +162,17 @@ def test_program_runs_under_a_fresh_unprivileged_host_uid():
     assert seen and min(seen) >= sandbox._UID_BASE
 
 
+def _status(pid: str) -> tuple[int, str] | None:
+    """(real uid, state letter) of a process, None when it is gone or unreadable."""
+    try:
+        st = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
+        return int(st["Uid"].split()[0]), st["State"].split()[0]
+    except (OSError, KeyError, ValueError, IndexError):
+        return None
+
+
 def _procs() -> list[tuple[str, int, str]]:
-    out = []
-    for pid in os.listdir("/proc"):
-        if not pid.isdigit():
-            continue
-        try:
-            st = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-            out.append((pid, int(st["Uid"].split()[0]), st["State"].split()[0]))
-        except (OSError, KeyError, ValueError):
-            continue
-    return out
+    return [(pid, *st) for pid in os.listdir("/proc") if pid.isdigit() and (st := _status(pid)) is not None]
 
 
 def _program_uids() -> list[tuple[str, int]]:
@@ -184,15 +184,8 @@ def _program_uids() -> list[tuple[str, int]]:
 
     out = []
     for pid in os.listdir("/proc"):
-        if not (pid.isdigit() and program(pid)):
-            continue
-        try:
-            st = dict(line.split(":", 1) for line in Path(f"/proc/{pid}/status").read_text().splitlines() if ":" in line)
-            uid = int(st["Uid"].split()[0])
-        except (OSError, KeyError, ValueError):
-            continue
-        if program(pid):
-            out.append((pid, uid))
+        if pid.isdigit() and program(pid) and (st := _status(pid)) is not None and program(pid):
+            out.append((pid, st[0]))
     return out
 
 
