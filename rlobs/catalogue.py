@@ -314,6 +314,9 @@ METRICS: tuple[MetricSpec, ...] = (
        (), S("train_step", "set", "entropy", finite_only=True)),
     _m("rlobs_reference_kl", "gauge", "1", "Mean per-token KL to the reference policy (k3) on the last batch.",
        (), S("train_step", "set", "kl", finite_only=True)),
+    _m("rlobs_policy_update_kl", "gauge", "1",
+       "How far the last optimiser step moved the policy: KL(before || after) per token on the step's re-scored "
+       "samples (k3).", (), S("train_step", "set", "policy_kl", finite_only=True, absent_until_set=True)),
 )
 
 CATALOGUE: Mapping[str, MetricSpec] = {m.name: m for m in METRICS}

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-SCHEMA_VERSION = "1.4"  # 1.4: staleness.is_correction_cap; 1.3: weight_sync.path; 1.2: parity.mean_abs_dprob / max_abs_dprob, kind rollout_summary (importers)
+SCHEMA_VERSION = "1.5"  # 1.5: train_step.policy_kl; 1.4: staleness.is_correction_cap; 1.3: weight_sync.path; 1.2: parity.mean_abs_dprob / max_abs_dprob, kind rollout_summary (importers)
 SCHEMA_MAJOR = 1
 
 # Documented migrations between major versions (none yet: 1 is the first).
@@ -124,6 +124,7 @@ _KIND_LIST: tuple[Kind, ...] = (
         F("reward_std", "float64", "std of rewards in the batch"),
         F("kl", "float64", "KL to reference (if used)"),
         F("entropy", "float64", "mean token entropy"),
+        F("policy_kl", "float64", "KL(policy before || after this step's update) per token, on the step's re-scored samples"),
         F("detail", "string", "JSON: per-parameter-group norms and ids of samples/groups at a spike"),
     )),
     Kind("advantage", "advantage-denominator health of one step (per rank)", (

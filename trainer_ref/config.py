@@ -45,6 +45,7 @@ class Config:
     kl_coef: float = field(default=0.0, metadata={"help": "KL-to-reference coefficient (0: no reference model)"})
     tis_cap: float = field(default=2.0, metadata={"help": "truncated importance-sampling cap C (0: off)"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping threshold"})
+    policy_change_samples: int = field(default=16, metadata={"help": "samples of each step re-scored after the update to measure how far it moved the policy (train_step.policy_kl; one no-grad forward over them; 0: off)"})
     max_staleness: int = field(default=2, metadata={"help": "drop samples with trainer version - dispatch version above this"})
     staleness_basis: str = field(default="dispatch", metadata={"help": "what max_staleness is checked on at consumption: dispatch (the oldest version a group was dispatched with) | completion (the newest version that wrote any of the group's tokens: with --interrupt resume a long group resumed across weight syncs is kept; its older tokens keep their generator log-probs and are importance-corrected, --tis-cap)"})
     rollout_ttl_s: float = field(default=120.0, metadata={"help": "drop samples older than this at consumption"})

@@ -86,6 +86,17 @@ def token_logprobs(model: Any, ids: torch.Tensor, pad_id: int, with_entropy: boo
     return logp, ent
 
 
+def policy_kl(before: torch.Tensor, after: torch.Tensor, mask: torch.Tensor) -> float:
+    """KL(policy before an update || after it) on tokens sampled from the policy before, per token: the k3
+    estimator ``(r - 1) - log r`` with ``r = p_after / p_before`` of each sampled token (non-negative, unbiased
+    for the KL when the tokens come from the policy before). ``before`` / ``after``: log-probs as
+    ``token_logprobs`` returns them; ``mask``: the completion tokens. NaN when ``mask`` is empty."""
+    d = (after - before).double().clamp(-30.0, 30.0)
+    k3 = (d.exp() - 1.0 - d) * mask
+    n = float(mask.sum())
+    return float(k3.sum()) / n if n > 0 else float("nan")
+
+
 def gen_logprob_tensor(gen: list[list[float]], starts: list[int], shape: tuple[int, int]) -> torch.Tensor:
     """Generator log-probs laid out like ``token_logprobs`` (zeros outside the completion)."""
     out = torch.zeros(shape, dtype=torch.float32)

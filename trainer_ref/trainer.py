@@ -27,6 +27,7 @@ class _Backward:
         self.fresh_dl, self.fresh_tok = 0.0, 0.0
         self.gen_lp: list[torch.Tensor] = []  # per sample, completion tokens (parity, importance stats)
         self.train_lp: list[torch.Tensor] = []
+        self.rescore: tuple[torch.Tensor, ...] | None = None  # (ids, attention, mask, log-probs before the update)
 
     def add(self, parts: Any) -> None:
         a = self.acc
@@ -166,11 +167,25 @@ class Trainer:
         self.version += 1
         self._opt_ns = time.time_ns()
         out = self._step_out(step, b, grad_norm, gres, (r_sum, r_sq, n_all), token_den, t0, data_wait_s, reward_wait_s)
+        out["policy_kl"] = self._policy_kl(b) if lead else None
         if probing and lead:
             self._emit(step, out, gres)
         elif probing:
             telemetry.on_phase("training", out["step_seconds"], int(sum(len(x["completion_ids"]) for x in samples)))
         return out
+
+    def _policy_kl(self, b: "_Backward") -> float | None:
+        """How far this step's update moved the policy: KL(before || after) per token on the first
+        ``policy_change_samples`` samples of the step, re-scored with the updated weights (``grpo.policy_kl``).
+        The step size an lr gives is model-dependent; this is the same quantity on every model (PPO's
+        ``approx_kl`` with one update per batch). None when off or not measured."""
+        if b.rescore is None:
+            return None
+        ids, attn, mask, before = b.rescore
+        with torch.no_grad():
+            after, _ = grpo.token_logprobs(self.model, ids, self.pad_id, attention_mask=attn)
+        kl = grpo.policy_kl(before, after, mask)
+        return kl if math.isfinite(kl) else None
 
     def _set_lr(self, step: int) -> None:
         """Linear warm-up from ``lr`` to ``lr_peak`` over ``lr_warmup_steps`` (config; off when lr_peak is 0)."""
@@ -205,6 +220,10 @@ class Trainer:
                                    kl_coef=float(self.cfg.get("kl_coef", 0)), entropy=ent)
             faults.scale_loss(self.fault, step, parts.loss).backward()
             b.add(parts)
+            keep = int(self.cfg.get("policy_change_samples", 0) or 0)
+            if probing and keep > 0 and b.rescore is None:  # spread over the micro-batch's groups
+                pick = slice(0, None, max(1, ids.shape[0] // keep))
+                b.rescore = tuple(t[pick][:keep] for t in (ids, attn, mask, old))
             dabs = ((old - gen).abs() * mask).sum(-1) / mask.sum(-1).clamp(min=1)
             if probing:
                 counts = mask.sum(-1).long().tolist()
@@ -257,7 +276,8 @@ class Trainer:
         P = telemetry.probe()
         P.grad.emit(gres, step=step, loss=o["loss"], lr=o["lr"], samples=o["samples"], tokens=o["tokens"],
                     step_seconds=o["step_seconds"], reward_mean=o["reward_mean"], data_wait_s=o["data_wait_s"],
-                    reward_wait_s=o["reward_wait_s"], reward_std=o["reward_std"], kl=o["kl"], entropy=o["entropy"])
+                    reward_wait_s=o["reward_wait_s"], reward_std=o["reward_std"], kl=o["kl"], entropy=o["entropy"],
+                    policy_kl=o.get("policy_kl"))
         P.liveness.add("training", o["step_seconds"], o["tokens"])
         P.throughput.produced(o["samples"], o["tokens"])
         P.throughput.add_busy(o["step_seconds"])

@@ -45,7 +45,7 @@ def _exercise_every_probe(live) -> None:
     probes.AdvantageProbe().observe([[0.0, 1.0], [1.0, 1.0]], token_denominator=7)
     probes.GradNormProbe(max_norm=1.0).observe(grad_norm=float("nan"), loss=1.0, samples=1, tokens=7,
                                                step_seconds=0.1, data_wait_s=0.01, reward_wait_s=0.005,
-                                               reward_mean=0.5, lr=1e-3)
+                                               reward_mean=0.5, lr=1e-3, policy_kl=2e-3)
     g = probes.GradNormProbe(max_norm=1.0, detector=probes.SpikeDetector(window=5, warmup=3))
     for v in (1.0, 1.0, 1.1, 1.0, 40.0):
         g.observe(grad_norm=v)

@@ -48,6 +48,25 @@ def test_kl_k3_is_zero_at_reference():
     assert float(parts.loss.detach()) == 0.0 and parts.kl == 0.0
 
 
+def test_policy_kl_is_the_k3_estimate_of_the_update():
+    """KL(before || after) per completion token, k3 = (r - 1) - log r with r = p_after / p_before; padding and
+    prompt positions (mask 0) do not count; an update that changes nothing measures 0."""
+    before = torch.tensor([[-1.0, -2.0, -0.5], [-0.3, -9.0, -9.0]])
+    after = torch.tensor([[-1.5, -1.0, -0.5], [-0.3, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0], [1.0, 0.0, 0.0]])
+    k3 = [math.exp(-0.5) - 1 + 0.5, math.exp(1.0) - 1 - 1.0, 0.0, 0.0]
+    assert math.isclose(grpo.policy_kl(before, after, mask), sum(k3) / 4, rel_tol=1e-9)
+    assert grpo.policy_kl(before, before.clone(), mask) == 0.0
+    assert math.isnan(grpo.policy_kl(before, after, torch.zeros_like(mask)))
+    # the estimate's mean over tokens sampled from p_before is KL(p_before || p_after)
+    torch.manual_seed(0)
+    p0, p1 = torch.softmax(torch.randn(6), -1), torch.softmax(torch.randn(6), -1)
+    toks = torch.multinomial(p0, 200_000, replacement=True)
+    est = grpo.policy_kl(p0.log()[toks][None], p1.log()[toks][None], torch.ones(1, toks.numel()))
+    exact = float((p0 * (p0.log() - p1.log())).sum())
+    assert math.isclose(est, exact, rel_tol=0.05), (est, exact)
+
+
 def test_logprobs_of_padded_batch_equal_unpadded_even_when_pad_occurs_inside():
     """SmolLM2's pad token is its end-of-turn token, present in every chat prompt: the attention mask
     must come from the lengths (a pad-id mask scores another context than the generator saw)."""

@@ -140,6 +140,8 @@ def _check_probes(run_dir: Path, mode: str, scraped: dict) -> None:
     assert rec.sql("select count(*) from staleness where is_ratio_mean is not null and ess_ratio > 0").fetchall()[0][0] >= STEPS
     assert rec.sql("select count(*) from parity where hashes_match and first_after_sync").fetchall()[0][0] >= STEPS
     assert rec.sql("select count(*) from train_step where spike is not null").fetchall()[0][0] >= STEPS
+    # how far each update moved the policy (re-scored after the step): measured, non-negative, finite
+    assert rec.sql("select count(*) from train_step where policy_kl >= 0 and isfinite(policy_kl)").fetchall()[0][0] >= STEPS
     text = scraped.get("text", "")
     assert text, "no /metrics scraped"
     want = expected_families(rec, scraped["ns"] - 1_000_000_000) | set(MUST_FAMILIES)
