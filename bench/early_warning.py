@@ -12,7 +12,7 @@ The drop (stated, per run): the first step where the training reward's trailing 
 ``DROP`` (absolute) below its running peak, or a held-out exact-match evaluation (every 5 steps, 32 prompts x 4)
 is ``DROP`` below the best one before it; a run without such a step did not collapse.
 
-The warning: the six precursor rules (``rlobs.doctor.rules.precursors``) replayed over the record step by step as
+The warning: the seven precursor rules (``rlobs.doctor.rules.precursors``) replayed over the record step by step as
 it grew (``precursors.replay``: each step judged with only the steps up to it; the rules' detectors are online, so
 this is what ``rlobs doctor --follow`` would have printed at that step). Lead time = drop step - first warning
 step. A class is detected in a run when a warning comes strictly before the drop. Every warning on a healthy run
@@ -192,15 +192,18 @@ def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
         try:
             ctx = RunContext(rec)
             cols = {k: dict(series(ctx, k)) for k in ("reward", "grad_norm", "entropy", "kl", "zero_std", "is_clipped",
-                                                      "ess", "staleness")}
+                                                      "ess", "staleness", "policy_kl", "lr")}
             cap = correction_cap(ctx)
+            evals = [(int(s), float(v)) for s, v in rec.sql(
+                "SELECT step, avg(value) FROM scalar WHERE name = 'eval_reward_mean' GROUP BY step ORDER BY step").fetchall()]
         finally:
             rec.close()
         steps = sorted(cols["reward"])
+        drop, _why = drop_step(sorted(cols["reward"].items()), evals)
         out["runs"][e["name"]] = {
             "class": e["class"], "what": CLASSES[e["class"]][0] if e["class"] in CLASSES else
             e.get("what") or ("healthy (lr 3e-4)" if e["class"] == "healthy" else "exploratory: " + " ".join(e["args"])),
-            "args": e["args"], "seed": e["seed"], "correction_cap": cap,
+            "args": e["args"], "seed": e["seed"], "correction_cap": cap, "drop_step": drop,
             "expect": [x for x in expect.get(e["name"], "").split("+") if x],
             "steps": [{"step": s, **{k: round(v[s], 6) for k, v in cols.items() if s in v}} for s in steps]}
     path.write_text(json.dumps(out, indent=1) + "\n")

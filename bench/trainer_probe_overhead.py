@@ -108,6 +108,31 @@ def per_probe_costs(groups: int, group_size: int, tokens: int, tis_cap: float) -
     return out
 
 
+def rescore_cost(model_dir: str, samples: int, tokens: int) -> float:
+    """Microseconds per step of the trainer's probe-only re-score (``Trainer._policy_kl``): one no-grad forward of
+    ``samples`` sequences (20 prompt + ``tokens`` completion tokens) through the bench's model, and the k3 sum."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from trainer_ref import grpo
+
+    if samples <= 0:
+        return 0.0
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+    ids = torch.randint(3, 60, (samples, 20 + tokens))
+    attn = torch.ones_like(ids)
+    mask = torch.zeros(samples, 20 + tokens - 1)
+    mask[:, 19:] = 1.0
+    before, _ = grpo.token_logprobs(model, ids, 0, attention_mask=attn)
+
+    def once() -> None:
+        with torch.no_grad():
+            after, _ = grpo.token_logprobs(model, ids, 0, attention_mask=attn)
+        grpo.policy_kl(before.detach(), after, mask)
+
+    return round(_time_us(once, 5), 1)
+
+
 def _sync(P: Any, fps: dict[str, str]) -> None:
     """Both sides of one sync as trainer_ref runs them (fingerprints already computed by the dump)."""
     with P.wsync_send.sync(1, expected=list(fps), end_to_end=False) as s:
@@ -181,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         return statistics.median(r[k] for r in rs) if rs else float("nan")
 
     costs = per_probe_costs(base.groups_per_step, base.group_size, base.max_tokens, base.tis_cap)
+    costs["policy_kl re-score (no-grad forward)"] = rescore_cost(model_dir, base.policy_change_samples, base.max_tokens)
     dropped = costs.pop("_telemetry_dropped")
     direct_us = sum(costs.values())
     res = {

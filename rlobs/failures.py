@@ -130,6 +130,16 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     # >= 0.89 (a 3-step median dipped to 0.77 on one: hence the 5-step window, the fast-drift rules' own)
     _f("precursor-uncorrected-off-policy", "warning", "1m",
        thresholds={"window": 5, "ess_below": 0.8, "min_staleness": 1.0, "impact_steps_low": 3, "impact_steps_high": 19}),
+    # a level, not a drift, chosen on bench/early_warning.py's calibration runs (lr-too-high and lr-warmup seeds
+    # 0-3, healthy tiny-packed seeds) and the 40 healthy doctor_calib runs of seeds 1100-1139 (the `tiny` model at lr
+    # 1e-3 / 3e-3, whose updates are as large as the lr collapses': 0.01-0.3 nats/token): updates over 0.02
+    # nats/token (healthy tiny-packed: <= 0.0025) on a policy narrowed under 0.8 of its early entropy, once the
+    # reward has climbed 0.15 (what the bench's drop takes away; the tiny runs that never learned move as fast and
+    # are no-learning's business). Every neighbour (kl 0.01 / 0.03, entropy 0.7 / off) kept 0 warnings on those
+    # healthy runs and all 6 calibration collapses; reward_gain 0.1 warned on one. impact_steps: the leads (6-32)
+    _f("precursor-oversized-updates", "warning", "1m",
+       thresholds={"window": 5, "baseline": 5, "kl_above": 0.02, "entropy_share_below": 0.8, "reward_gain": 0.15,
+                   "impact_steps_low": 6, "impact_steps_high": 32}),
 )}
 
 

@@ -471,7 +471,7 @@ def _reward_not_climbing(recent: str, history: str, gain: float) -> str:
 
 def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                     history: str = PRECURSOR_WINDOWS["history"]) -> tuple[AlertRule, ...]:
-    """The six precursor alerts. ``recent``/``history``: the committed rules use the defaults (a run whose steps
+    """The seven precursor alerts. ``recent``/``history``: the committed rules use the defaults (a run whose steps
     take tens of seconds or more); a test that replays a recorded run faster scales them (and their ``for``)."""
     from rlobs.failures import failure
 
@@ -484,7 +484,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
     on = f" and on ({', '.join(GROUP)}) "
     g, e, i, k, z = (th("precursor-grad-norm-drift"), th("precursor-entropy-decline"),
                      th("precursor-importance-truncation"), th("precursor-kl-creep"), th("precursor-zero-std-rising"))
-    u = th("precursor-uncorrected-off-policy")
+    u, o = th("precursor-uncorrected-off-policy"), th("precursor-oversized-updates")
     win = f"the last {recent} vs the {history} before"
     out = (
         AlertRule(
@@ -567,6 +567,29 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             PromtoolCase((("rlobs_effective_sample_size_ratio", {}, "0.98x70 0.5x20"),
                           ("rlobs_staleness_mean_versions", {}, "2x90"),
                           ("rlobs_importance_correction_cap", {}, "0x90")), "50%", not_yet_min=70, firing_min=88)),
+        # a level too: nats per token each update moves the policy, on a policy whose entropy has narrowed (its
+        # early level: the highest entropy of the hour before) after the reward has climbed (its early level: the
+        # low decile of the hour before), as the doctor's rule compares with the run's first steps
+        AlertRule(
+            "precursor-oversized-updates", "warning",
+            running(f"({_median_now('rlobs_policy_update_kl', recent)} > {o['kl_above']:g}){on}"
+                    f"({_median_now('rlobs_policy_entropy', recent)} < {o['entropy_share_below']:g} * "
+                    f"{agg('max', 'max_over_time(' + series('rlobs_policy_entropy', ALERT) + '[' + history + '] offset ' + recent + ')', GROUP)})"
+                    f"{on}({agg('max', 'avg_over_time(' + series('rlobs_reward_mean', ALERT) + '[' + recent + '])', GROUP)} >= "
+                    f"{agg('max', 'quantile_over_time(0.1, ' + series('rlobs_reward_mean', ALERT) + '[' + history + '] offset ' + recent + ')', GROUP)}"
+                    f" + {o['reward_gain']:g})"),
+            f("precursor-oversized-updates"),
+            "Early warning: oversized policy updates after the run learned, learning-rate collapse ahead ({{ $labels.run }})",
+            "Each optimiser step of {{ $labels.component }} (run {{ $labels.run }}) moves the policy {{ $value | "
+            f"humanize }}}} nats per token (median over the last {recent}, over {o['kl_above']:g}) while its entropy "
+            f"is under {o['entropy_share_below']:.0%} of its level in the {history} before and the training reward has "
+            f"climbed by {o['reward_gain']:g}+: the learning rate is too high for a policy that has found its answers, "
+            "the precursor of a collapse (the reward fell "
+            f"{o['impact_steps_low']:g}-{o['impact_steps_high']:g} steps later in the early-warning bench). Lower the "
+            "learning rate or the warm-up peak; resume from a checkpoint before the warning.",
+            PromtoolCase((("rlobs_policy_update_kl", {}, "0.001x70 0.1x20"),
+                          ("rlobs_policy_entropy", {}, "1x70 0.5x20"),
+                          ("rlobs_reward_mean", {}, "0.2x70 0.6x20")), "100m", not_yet_min=70, firing_min=88)),
     )
     return out
 

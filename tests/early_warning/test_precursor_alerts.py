@@ -115,10 +115,9 @@ def test_every_precursor_alert_fires_on_a_real_collapse_run(replayed):
             assert a["labels"]["severity"] == "warning" and a["labels"]["runbook"] == fid
             assert a["annotations"]["runbook_url"] == runbook_url(fid)
             assert (Path(__file__).resolve().parents[2] / "runbooks" / f"{fid}.md").is_file()
-    # at the thresholds chosen on the doctor's calibration runs (bench/doctor_calib.py, third pass), only the KL
-    # creep and the uncorrected off-policy level show on these runs; every other precursor is listed in the data
-    # with why it stays silent (issue 18 is open on exactly this): a precursor can be neither shown nor left
-    # unexplained
+    # at the thresholds chosen on the calibration runs, the KL creep, the uncorrected off-policy level and the
+    # oversized-updates level show on these runs; every other precursor is listed in the data with why it stays
+    # silent: a precursor can be neither shown nor left unexplained
     expected = {fid for r in data["runs"].values() for fid in r.get("expect", [])}
     assert expected | set(data["not_shown"]) == {r.id for r in precursor_rules()}
     assert not expected & set(data["not_shown"])

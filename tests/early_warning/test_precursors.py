@@ -19,7 +19,7 @@ from rlobs.detect import DriftDetector, drifts, theil_sen
 from rlobs.doctor import diagnose
 from rlobs.doctor.context import RunContext
 from rlobs.doctor.model import Insufficient
-from rlobs.doctor.rules.precursors import PRECURSOR_IDS, PRECURSORS, UNCORRECTED, replay
+from rlobs.doctor.rules.precursors import OVERSIZED, PRECURSOR_IDS, PRECURSORS, UNCORRECTED, replay
 from rlobs.failures import FAILURES
 
 from .replay import emit_step
@@ -56,7 +56,7 @@ def test_a_real_collapse_run_gets_its_early_warning(tmp_path, name):
         assert f.severity.name == "WARNING" and f.first_step is not None
         names = {e.metric for e in f.evidence}
         assert "expected time to impact" in names
-        assert fid == UNCORRECTED or "slope per step (Theil-Sen, last steps)" in names  # a level rule has no slope
+        assert fid in (UNCORRECTED, OVERSIZED) or "slope per step (Theil-Sen, last steps)" in names  # levels: no slope
         assert f.remediation and f.root_cause and "early warning" in f.title
         assert f.runbook.endswith(f"{fid}.md")
     assert report.exit_code == 1  # warnings, not critical: nothing has broken yet
@@ -95,7 +95,7 @@ def test_a_run_without_the_signal_is_insufficient_data(tmp_path):
     rec.close()
     report = diagnose(rlobs.open_run(d), rule_ids=list(PRECURSOR_IDS))
     assert "precursor-kl-creep" in report.insufficient and "precursor-importance-truncation" in report.insufficient
-    assert UNCORRECTED in report.insufficient
+    assert UNCORRECTED in report.insufficient and "policy_kl" in report.insufficient[OVERSIZED]
     assert not report.findings
 
 
@@ -135,6 +135,53 @@ def test_no_correction_at_a_small_lag_is_quiet(tmp_path):
     """The real control: separate_async without IS at max staleness 2 learns, and its ESS stays high."""
     assert DATA["runs"][CONTROL]["steps"][-1]["staleness"] > 0
     assert not diagnose(rlobs.open_run(_record(tmp_path, CONTROL)), rule_ids=[UNCORRECTED]).findings
+
+
+# ---------- oversized policy updates (learning rate too high) ----------
+LR_RUN = next((n for n, r in DATA["runs"].items() if OVERSIZED in r["expect"]), None)
+
+
+@pytest.mark.skipif(LR_RUN is None, reason="no extracted learning-rate collapse run")
+def test_oversized_updates_warn_on_the_real_lr_collapse_and_name_the_fix(tmp_path):
+    report = diagnose(rlobs.open_run(_record(tmp_path, LR_RUN)), rule_ids=[OVERSIZED])
+    (f,) = report.findings
+    th = FAILURES[OVERSIZED].thresholds
+    w, k = int(th["window"]), int(th["baseline"])
+    rows = [r for r in DATA["runs"][LR_RUN]["steps"] if r["step"] <= f.first_step]
+    e0 = statistics.median(r["entropy"] for r in DATA["runs"][LR_RUN]["steps"][:k])
+    r0 = statistics.median(r["reward"] for r in DATA["runs"][LR_RUN]["steps"][:k])
+
+    def fires(last: list[dict]) -> bool:  # the three conditions, recomputed from the extracted steps
+        return (statistics.median(r["policy_kl"] for r in last) > th["kl_above"]
+                and statistics.median(r["entropy"] for r in last) / e0 < th["entropy_share_below"]
+                and statistics.median(r["reward"] for r in last) - r0 >= th["reward_gain"])
+
+    assert fires(rows[-w:]) and not any(fires(rows[i - w:i]) for i in range(max(w, k), len(rows)))
+    assert f.first_step < DATA["runs"][LR_RUN]["drop_step"]  # ahead of the collapse it names
+    assert "learning-rate collapse" in f.title
+    assert any("learning rate" in r for r in f.remediation)
+    assert {e.metric for e in f.evidence} >= {"train_step.policy_kl", "train_step.lr", "expected time to impact"}
+
+
+@pytest.mark.skipif(LR_RUN is None, reason="no extracted learning-rate collapse run")
+def test_large_steps_on_a_policy_that_has_not_narrowed_are_quiet(tmp_path):
+    """The same real updates on a policy whose entropy stays at its early level, or whose reward never climbed
+    (an untrained policy moving fast, as the tiny model does at its default lr): not this precursor. Without
+    policy_kl: insufficient data."""
+    run = DATA["runs"][LR_RUN]
+    for name, field in (("_flat", "entropy"), ("_unlearned", "reward")):
+        DATA["runs"][name] = {**run, "steps": [{**r, field: run["steps"][0][field]} for r in run["steps"]]}
+        try:
+            assert not diagnose(rlobs.open_run(_record(tmp_path, name)), rule_ids=[OVERSIZED]).findings, name
+        finally:
+            del DATA["runs"][name]
+    blind = {**run, "steps": [{k: v for k, v in r.items() if k != "policy_kl"} for r in run["steps"]]}
+    DATA["runs"]["_blind"] = blind
+    try:
+        report = diagnose(rlobs.open_run(_record(tmp_path, "_blind")), rule_ids=[OVERSIZED])
+        assert not report.findings and OVERSIZED in report.insufficient
+    finally:
+        del DATA["runs"]["_blind"]
 
 
 # ---------- the detector ----------

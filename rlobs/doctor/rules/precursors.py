@@ -15,6 +15,7 @@ step to measure it, and ``tests/early_warning/test_precursors.py`` checks the tw
 | precursor-kl-creep | KL to the reference rising | KL blow-up: the policy leaves the reference | raise kl_coef, lower the learning rate |
 | precursor-zero-std-rising | share of zero-std groups rising while the reward is low | learning stops (no gradient signal) | raise temperature / group size, filter solved or unsolvable prompts |
 | precursor-uncorrected-off-policy | effective sample size of the importance ratios low while the loss applies no correction | off-policy divergence (held-out success falls) | turn truncated IS on, tighten max staleness |
+| precursor-oversized-updates | each update moves the policy far (KL before/after the step) while its entropy has narrowed | learning-rate collapse (reward plateaus, held-out success falls) | lower the learning rate / warm-up peak |
 
 Learning is not a precursor: a healthy run's entropy falls and its solved groups turn zero-std as its reward
 climbs. The entropy and zero-std rules therefore stay silent while the training reward is above its early
@@ -24,7 +25,12 @@ level by ``learning_gain`` (and the zero-std rule while the reward is high: solv
 lost a fifth of their effective sample size (median of the last ``window`` steps under ``ess_below``) are trained on
 with no importance correction (``staleness.is_correction_cap`` 0, or the run config's ``tis_cap`` 0): the update
 is biased towards the policies that generated them, every step. With correction on, the same ESS is what the
-truncation handles (``precursor-importance-truncation`` watches it). Thresholds
+truncation handles (``precursor-importance-truncation`` watches it). ``precursor-oversized-updates`` is a level
+too: the median of the last ``window`` steps' ``train_step.policy_kl`` (how far each optimiser step moved the policy,
+nats per token) over ``kl_above`` while the entropy over the same steps is under ``entropy_share_below`` of the run's
+first ``baseline`` steps and the reward has climbed ``reward_gain`` above them: an lr that is too high is too high from
+its first step, so there is no in-run baseline to drift from, and large steps on a policy that has not narrowed or
+learned are how an untrained policy moves. Thresholds
 come from the failure table (``rlobs.failures``), chosen on the calibration runs of ``bench/early_warning.py``
 and reported on other seeds (README, "Early warning").
 """
@@ -72,6 +78,7 @@ def series(ctx: RunContext, name: str) -> Series:
         "is_clipped": ("staleness", "max", "is_clipped_ratio"), "staleness": ("staleness", "max", "mean_staleness"),
         "zero_std": ("advantage", "max", "zero_std_ratio"), "ess": ("staleness", "min", "ess_ratio"),
         "correction_cap": ("staleness", "max", "is_correction_cap"),
+        "policy_kl": ("train_step", "avg", "policy_kl"), "lr": ("train_step", "max", "lr"),
     }[name]
     sql = (kind, f"SELECT step, {agg}({col}) FROM {kind} " + where.format(col=col))
     return _cap(ctx.memo(("precursor_series", name), lambda: _per_step(ctx, *sql)), ctx)
@@ -326,7 +333,82 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
     return []
 
 
-PRECURSOR_IDS: tuple[str, ...] = (*PRECURSORS, UNCORRECTED)
+OVERSIZED = "precursor-oversized-updates"
+
+
+@rule(OVERSIZED, concern="early_warning", title="Early warning: learning-rate collapse (oversized policy updates)",
+      needs=("train_step",), thresholds={})
+def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Early warning of a learning-rate collapse: each optimiser step moves the policy by more than ``kl_above``
+    nats per token (``train_step.policy_kl``: KL(before || after) on the step's re-scored samples, median of the
+    last ``window`` steps) while the policy has narrowed to under ``entropy_share_below`` of its early entropy and
+    the training reward has climbed by ``reward_gain`` (medians of the same steps against the medians of the first
+    ``baseline`` steps). Large steps on an untrained policy are how it moves (and a run that never learned has
+    nothing to lose: no-learning's business); large steps on a policy that has found its answers throw it off them.
+    Quiet without ``policy_kl`` (insufficient data). Thresholds: the failure table (rlobs.failures)."""
+    kl = series(ctx, "policy_kl")
+    if not kl:
+        return Insufficient("no train_step.policy_kl (how far each update moved the policy; schema 1.5, "
+                            "trainer_ref's policy_change_samples)")
+    w, k = int(th["window"]), int(th["baseline"])
+    ent = dict(series(ctx, "entropy"))
+    early = [ent[s] for s, _ in kl[:k] if s in ent]
+    if len(kl) < max(w, k) or len(early) < k:
+        return Insufficient(f"{len(kl)} steps with policy_kl and an entropy; the rule needs {max(w, k)}")
+    e0 = statistics.median(early)
+    if e0 <= 0:
+        return Insufficient("the policy's early entropy is 0: nothing left to sharpen")
+    reward = dict(series(ctx, "reward"))
+    r_early = [reward[s] for s, _ in kl[:k] if s in reward]
+    r0 = statistics.median(r_early) if r_early else None
+    for i in range(max(w, k) - 1, len(kl)):
+        last = kl[i - w + 1:i + 1]
+        level = statistics.median(v for _, v in last)
+        ents = [ent[s] for s, _ in last if s in ent]
+        if level <= th["kl_above"] or not ents:
+            continue
+        share = statistics.median(ents) / e0
+        if share >= th["entropy_share_below"]:
+            continue
+        rs = [reward[s] for s, _ in last if s in reward]
+        gain = statistics.median(rs) - r0 if rs and r0 is not None else None
+        if gain is None or gain < th["reward_gain"]:
+            continue  # nothing learned yet to lose: a policy that never learned is no-learning's business
+        step = kl[i][0]
+        lr_now = dict(series(ctx, "lr")).get(step)
+        ev = [Evidence("train_step.policy_kl", round(level, 6), th["kl_above"], (last[0][0], step),
+                       f"median of the last {w} steps: nats per token each update moves the policy (KL before || "
+                       "after, re-scored samples)"),
+              Evidence("train_step.entropy (share of its early level)", round(share, 3), th["entropy_share_below"],
+                       (last[0][0], step), f"median of the same steps / {e0:.4g}, the median of the first {k}"),
+              Evidence("train_step.reward_mean (gain over its early level)", round(gain, 4), th["reward_gain"],
+                       (last[0][0], step), f"median of the same steps - {r0:.4g}, the median of the first {k}: what "
+                       "the run has learned, and can lose"),
+              Evidence("expected time to impact", f"{th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps",
+                       None, None, "held-out success or the training reward fell this many steps after the warning "
+                       "in bench/early_warning.py's learning-rate runs")]
+        if lr_now is not None:
+            ev.insert(2, Evidence("train_step.lr", lr_now, None, None, "the learning rate at the warning"))
+        return [Finding(
+            rule=OVERSIZED, severity=Severity.WARNING,
+            title=(f"early warning: each update moves the policy {level:.3g} nats/token (> {th['kl_above']:g}) "
+                   f"after the reward climbed {gain:+.2f}, its entropy down to {share:.0%}, by step {step}; a learning-rate "
+                   f"collapse expected within {th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"),
+            first_step=step, last_step=step, evidence=ev,
+            root_cause=("the learning rate (or a warm-up peak) is too high for this model: every optimiser step "
+                        "moves the policy far, and once it has narrowed onto one answer form such steps throw it "
+                        "off the answers it found (the training reward plateaus, then held-out success falls)"),
+            confidence=0.6,
+            remediation=["lower the learning rate (e.g. /3) or the warm-up peak, and resume from a checkpoint "
+                         "before the warning",
+                         "keep each update small: per-token policy KL per step around 1e-3 is where the "
+                         "healthy runs of the bench sit (PPO's target_kl / early stopping bounds the same number)",
+                         "rlobs doctor RUN --rule precursor-entropy-decline --rule precursor-grad-norm-drift"],
+        )]
+    return []
+
+
+PRECURSOR_IDS: tuple[str, ...] = (*PRECURSORS, UNCORRECTED, OVERSIZED)
 
 
 def replay(ctx: RunContext, rule_ids: Sequence[str] | None = None,
@@ -339,7 +421,7 @@ def replay(ctx: RunContext, rule_ids: Sequence[str] | None = None,
     rules = registry()
     ids = list(rule_ids or PRECURSOR_IDS)
     steps = sorted({s for s, _ in series(ctx, "reward")} | {s for s, _ in series(ctx, "grad_norm")}
-                   | {s for s, _ in series(ctx, "ess")})
+                   | {s for s, _ in series(ctx, "ess")} | {s for s, _ in series(ctx, "policy_kl")})
     out: dict[str, int | None] = {rid: None for rid in ids}
     for step in steps:
         ctx.until_step = step  # type: ignore[attr-defined]
