@@ -567,12 +567,13 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             PromtoolCase((("rlobs_effective_sample_size_ratio", {}, "0.98x70 0.5x20"),
                           ("rlobs_staleness_mean_versions", {}, "2x90"),
                           ("rlobs_importance_correction_cap", {}, "0x90")), "50%", not_yet_min=70, firing_min=88)),
-        # a level too: nats per token each update moves the policy, on a policy whose entropy has narrowed (its
+        # a level too: nats per token most updates move the policy (the low quantile: most of the recent samples over
+        # the bar, as the doctor asks min_steps of window), on a policy whose entropy has narrowed (its
         # early level: the highest entropy of the hour before) after the reward has climbed (its early level: the
         # low decile of the hour before), as the doctor's rule compares with the run's first steps
         AlertRule(
             "precursor-oversized-updates", "warning",
-            running(f"({_median_now('rlobs_policy_update_kl', recent)} > {o['kl_above']:g}){on}"
+            running(f"({agg('max', 'quantile_over_time(' + format(1 - o['min_steps'] / o['window'], 'g') + ', ' + series('rlobs_policy_update_kl', ALERT) + '[' + recent + '])', GROUP)} > {o['kl_above']:g}){on}"
                     f"({_median_now('rlobs_policy_entropy', recent)} < {o['entropy_share_below']:g} * "
                     f"{agg('max', 'max_over_time(' + series('rlobs_policy_entropy', ALERT) + '[' + history + '] offset ' + recent + ')', GROUP)})"
                     f"{on}({agg('max', 'avg_over_time(' + series('rlobs_reward_mean', ALERT) + '[' + recent + '])', GROUP)} >= "
@@ -580,8 +581,9 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                     f" + {o['reward_gain']:g})"),
             f("precursor-oversized-updates"),
             "Early warning: oversized policy updates after the run learned, learning-rate collapse ahead ({{ $labels.run }})",
-            "Each optimiser step of {{ $labels.component }} (run {{ $labels.run }}) moves the policy {{ $value | "
-            f"humanize }}}} nats per token (median over the last {recent}, over {o['kl_above']:g}) while its entropy "
+            "The optimiser steps of {{ $labels.component }} (run {{ $labels.run }}) move the policy {{ $value | "
+            f"humanize }}}} nats per token or more in {o['min_steps'] / o['window']:.0%} of the last {recent} (over "
+            f"{o['kl_above']:g}) while its entropy "
             f"is under {o['entropy_share_below']:.0%} of its level in the {history} before and the training reward has "
             f"climbed by {o['reward_gain']:g}+: the learning rate is too high for a policy that has found its answers, "
             "the precursor of a collapse (the reward fell "

@@ -152,7 +152,7 @@ def test_oversized_updates_warn_on_the_real_lr_collapse_and_name_the_fix(tmp_pat
     r0 = statistics.median(r["reward"] for r in DATA["runs"][LR_RUN]["steps"][:k])
 
     def fires(last: list[dict]) -> bool:  # the three conditions, recomputed from the extracted steps
-        return (statistics.median(r["policy_kl"] for r in last) > th["kl_above"]
+        return (sum(r["policy_kl"] > th["kl_above"] for r in last) >= th["min_steps"]
                 and statistics.median(r["entropy"] for r in last) / e0 < th["entropy_share_below"]
                 and statistics.median(r["reward"] for r in last) - r0 >= th["reward_gain"])
 

@@ -26,8 +26,8 @@ lost a fifth of their effective sample size (median of the last ``window`` steps
 with no importance correction (``staleness.is_correction_cap`` 0, or the run config's ``tis_cap`` 0): the update
 is biased towards the policies that generated them, every step. With correction on, the same ESS is what the
 truncation handles (``precursor-importance-truncation`` watches it). ``precursor-oversized-updates`` is a level
-too: the median of the last ``window`` steps' ``train_step.policy_kl`` (how far each optimiser step moved the policy,
-nats per token) over ``kl_above`` while the entropy over the same steps is under ``entropy_share_below`` of the run's
+too: ``min_steps`` of the last ``window`` steps' ``train_step.policy_kl`` (how far each optimiser step moved the
+policy, nats per token) over ``kl_above`` while the entropy over the same steps is under ``entropy_share_below`` of the run's
 first ``baseline`` steps and the reward has climbed ``reward_gain`` above them: an lr that is too high is too high from
 its first step, so there is no in-run baseline to drift from, and large steps on a policy that has not narrowed or
 learned are how an untrained policy moves. Thresholds
@@ -339,9 +339,9 @@ OVERSIZED = "precursor-oversized-updates"
 @rule(OVERSIZED, concern="early_warning", title="Early warning: learning-rate collapse (oversized policy updates)",
       needs=("train_step",), thresholds={})
 def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
-    """Early warning of a learning-rate collapse: each optimiser step moves the policy by more than ``kl_above``
-    nats per token (``train_step.policy_kl``: KL(before || after) on the step's re-scored samples, median of the
-    last ``window`` steps) while the policy has narrowed to under ``entropy_share_below`` of its early entropy and
+    """Early warning of a learning-rate collapse: at least ``min_steps`` of the last ``window`` optimiser steps moved
+    the policy by more than ``kl_above`` nats per token (``train_step.policy_kl``: KL(before || after) on the step's
+    re-scored samples; single large steps are the estimator's tail on a sharpened policy) while the policy has narrowed to under ``entropy_share_below`` of its early entropy and
     the training reward has climbed by ``reward_gain`` (medians of the same steps against the medians of the first
     ``baseline`` steps). Large steps on an untrained policy are how it moves (and a run that never learned has
     nothing to lose: no-learning's business); large steps on a policy that has found its answers throw it off them.
@@ -364,9 +364,10 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     for i in range(max(w, k) - 1, len(kl)):
         last = kl[i - w + 1:i + 1]
         level = statistics.median(v for _, v in last)
+        over = sum(v > th["kl_above"] for _, v in last)
         ents = [ent[s] for s, _ in last if s in ent]
-        if level <= th["kl_above"] or not ents:
-            continue
+        if over < th["min_steps"] or not ents:
+            continue  # one large update is noise (a sampled token the old policy found unlikely); most is a pattern
         share = statistics.median(ents) / e0
         if share >= th["entropy_share_below"]:
             continue
@@ -377,8 +378,8 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         step = kl[i][0]
         lr_now = dict(series(ctx, "lr")).get(step)
         ev = [Evidence("train_step.policy_kl", round(level, 6), th["kl_above"], (last[0][0], step),
-                       f"median of the last {w} steps: nats per token each update moves the policy (KL before || "
-                       "after, re-scored samples)"),
+                       f"median of the last {w} steps, {over} of them over {th['kl_above']:g}: nats per token each "
+                       "update moves the policy (KL before || after, re-scored samples)"),
               Evidence("train_step.entropy (share of its early level)", round(share, 3), th["entropy_share_below"],
                        (last[0][0], step), f"median of the same steps / {e0:.4g}, the median of the first {k}"),
               Evidence("train_step.reward_mean (gain over its early level)", round(gain, 4), th["reward_gain"],
@@ -391,7 +392,8 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
             ev.insert(2, Evidence("train_step.lr", lr_now, None, None, "the learning rate at the warning"))
         return [Finding(
             rule=OVERSIZED, severity=Severity.WARNING,
-            title=(f"early warning: each update moves the policy {level:.3g} nats/token (> {th['kl_above']:g}) "
+            title=(f"early warning: {over} of the last {w} updates moved the policy > {th['kl_above']:g} nats/token "
+                   f"(median {level:.3g}) "
                    f"after the reward climbed {gain:+.2f}, its entropy down to {share:.0%}, by step {step}; a learning-rate "
                    f"collapse expected within {th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"),
             first_step=step, last_step=step, evidence=ev,
