@@ -182,9 +182,16 @@ class Trainer:
         if b.rescore is None:
             return None
         ids, attn, mask, before = b.rescore
-        with torch.no_grad():
-            after, _ = grpo.token_logprobs(self.model, ids, self.pad_id, attention_mask=attn)
-        kl = grpo.policy_kl(before, after, mask)
+        try:
+            with torch.no_grad():
+                after, _ = grpo.token_logprobs(self.model, ids, self.pad_id, attention_mask=attn)
+            kl = grpo.policy_kl(before, after, mask)
+        except Exception as e:  # noqa: BLE001 - a measurement must never cost the step (e.g. out of memory)
+            import logging
+
+            self.cfg = {**self.cfg, "policy_change_samples": 0}  # off for the rest of this run, said once
+            logging.getLogger(__name__).warning("policy_kl re-score failed (%s); off for the rest of the run", e)
+            return None
         return kl if math.isfinite(kl) else None
 
     def _set_lr(self, step: int) -> None:

@@ -85,3 +85,21 @@ def test_logprobs_of_padded_batch_equal_unpadded_even_when_pad_occurs_inside():
             alone, _ = grpo.token_logprobs(m, torch.tensor([s]), pad, attention_mask=torch.ones(1, len(s), dtype=torch.long))
             assert torch.allclose(got[i, :len(s) - 1], alone[0], atol=1e-5)
     assert not torch.allclose(old[0, :6], got[0, :6], atol=1e-3)  # the pad-id mask got it wrong
+
+
+def test_a_failing_policy_kl_rescore_costs_the_step_nothing():
+    """The re-score after the update is a measurement: when it fails (out of memory, say) the step goes on, the
+    value is None and the re-score is off for the rest of the run."""
+    from types import SimpleNamespace
+
+    from trainer_ref.trainer import Trainer, _Backward
+
+    def broken(**_kw):
+        raise RuntimeError("CUDA out of memory")
+
+    me = SimpleNamespace(model=broken, pad_id=0, cfg={"policy_change_samples": 16})
+    b = _Backward()
+    b.rescore = (torch.ones(2, 4, dtype=torch.long), torch.ones(2, 4), torch.ones(2, 3), torch.zeros(2, 3))
+    assert Trainer._policy_kl(me, b) is None
+    assert me.cfg["policy_change_samples"] == 0
+    assert Trainer._policy_kl(me, _Backward()) is None  # nothing kept to re-score: not measured
