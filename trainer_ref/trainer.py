@@ -175,8 +175,9 @@ class Trainer:
         return out
 
     def _policy_kl(self, b: "_Backward") -> float | None:
-        """How far this step's update moved the policy: KL(before || after) per token on the first
-        ``policy_change_samples`` samples of the step, re-scored with the updated weights (``grpo.policy_kl``).
+        """How far this step's update moved the policy: KL(before || after) per token on up to
+        ``policy_change_samples`` samples of the first micro-batch (spread over its groups), re-scored with the
+        updated weights (``grpo.policy_kl``).
         The step size an lr gives is model-dependent; this is the same quantity on every model (PPO's
         ``approx_kl`` with one update per batch). None when off or not measured."""
         if b.rescore is None:

@@ -455,17 +455,24 @@ RULES: tuple[AlertRule, ...] = (
 PRECURSOR_WINDOWS = {"recent": "10m", "history": "1h"}
 
 
+def _over_time(fn: str, name: str, window: str, offset: str | None = None, q: float | None = None) -> str:
+    """``max by (run, component) (fn([q, ]name[window] [offset ...]))``: one per-run reading of a precursor signal."""
+    lead = f"{q:g}, " if q is not None else ""
+    tail = f" offset {offset}" if offset else ""
+    return agg("max", f"{fn}({lead}{series(name, ALERT)}[{window}]{tail})", GROUP)
+
+
 def _median_now(name: str, recent: str) -> str:
-    return agg("max", f"quantile_over_time(0.5, {series(name, ALERT)}[{recent}])", GROUP)
+    return _over_time("quantile_over_time", name, recent, q=0.5)
 
 
 def _median_before(name: str, recent: str, history: str) -> str:
-    return agg("max", f"quantile_over_time(0.5, {series(name, ALERT)}[{history}] offset {recent})", GROUP)
+    return _over_time("quantile_over_time", name, history, recent, q=0.5)
 
 
 def _reward_not_climbing(recent: str, history: str, gain: float) -> str:
-    now = agg("max", f"avg_over_time({series('rlobs_reward_mean', ALERT)}[{recent}])", GROUP)
-    before = agg("max", f"avg_over_time({series('rlobs_reward_mean', ALERT)}[{history}] offset {recent})", GROUP)
+    now = _over_time("avg_over_time", "rlobs_reward_mean", recent)
+    before = _over_time("avg_over_time", "rlobs_reward_mean", history, recent)
     return f"({now} < {before} + {gain:g})"
 
 
@@ -540,7 +547,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                     f"{_median_before('rlobs_advantage_zero_std_groups_ratio', recent, history)} + {z['min_abs']:g} "
                     f"and {_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} > {z['min_level']:g})"
                     f"{on}{_reward_not_climbing(recent, history, z['learning_gain'])}{on}"
-                    f"({agg('max', 'avg_over_time(' + series('rlobs_reward_mean', ALERT) + '[' + recent + '])', GROUP)}"
+                    f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)}"
                     f" < {z['solved_reward']:g})"), f("precursor-zero-std-rising"),
             "Early warning: more GRPO groups without signal while the reward is low ({{ $labels.run }})",
             "The median share of zero-std groups of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | "
@@ -555,7 +562,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             "precursor-uncorrected-off-policy", "warning",
             running(f"({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
                     f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['min_staleness']:g}){on}"
-                    f"({agg('max', 'max_over_time(' + series('rlobs_importance_correction_cap', ALERT) + '[' + recent + '])', GROUP)}"
+                    f"({_over_time('max_over_time', 'rlobs_importance_correction_cap', recent)}"
                     " == 0)"), f("precursor-uncorrected-off-policy"),
             "Early warning: stale samples trained on without importance correction, divergence ahead ({{ $labels.run }})",
             "The median effective sample size of the importance ratios in {{ $labels.component }} (run {{ $labels.run }}) "
@@ -573,11 +580,12 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
         # low decile of the hour before), as the doctor's rule compares with the run's first steps
         AlertRule(
             "precursor-oversized-updates", "warning",
-            running(f"({agg('max', 'quantile_over_time(' + format(1 - o['min_steps'] / o['window'], 'g') + ', ' + series('rlobs_policy_update_kl', ALERT) + '[' + recent + '])', GROUP)} > {o['kl_above']:g}){on}"
+            running(f"({_over_time('quantile_over_time', 'rlobs_policy_update_kl', recent, q=1 - o['min_steps'] / o['window'])}"
+                    f" > {o['kl_above']:g}){on}"
                     f"({_median_now('rlobs_policy_entropy', recent)} < {o['entropy_share_below']:g} * "
-                    f"{agg('max', 'max_over_time(' + series('rlobs_policy_entropy', ALERT) + '[' + history + '] offset ' + recent + ')', GROUP)})"
-                    f"{on}({agg('max', 'avg_over_time(' + series('rlobs_reward_mean', ALERT) + '[' + recent + '])', GROUP)} >= "
-                    f"{agg('max', 'quantile_over_time(0.1, ' + series('rlobs_reward_mean', ALERT) + '[' + history + '] offset ' + recent + ')', GROUP)}"
+                    f"{_over_time('max_over_time', 'rlobs_policy_entropy', history, recent)})"
+                    f"{on}({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} >= "
+                    f"{_over_time('quantile_over_time', 'rlobs_reward_mean', history, recent, q=0.1)}"
                     f" + {o['reward_gain']:g})"),
             f("precursor-oversized-updates"),
             "Early warning: oversized policy updates after the run learned, learning-rate collapse ahead ({{ $labels.run }})",

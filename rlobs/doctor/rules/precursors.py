@@ -27,8 +27,8 @@ with no importance correction (``staleness.is_correction_cap`` 0, or the run con
 is biased towards the policies that generated them, every step. With correction on, the same ESS is what the
 truncation handles (``precursor-importance-truncation`` watches it). ``precursor-oversized-updates`` is a level
 too: ``min_steps`` of the last ``window`` steps' ``train_step.policy_kl`` (how far each optimiser step moved the
-policy, nats per token) over ``kl_above`` while the entropy over the same steps is under ``entropy_share_below`` of the run's
-first ``baseline`` steps and the reward has climbed ``reward_gain`` above them: an lr that is too high is too high from
+policy, nats per token) over ``kl_above`` while the entropy over the same steps is under ``entropy_share_below`` of
+the run's first ``baseline`` steps and the reward has climbed ``reward_gain`` above them: an lr that is too high is too high from
 its first step, so there is no in-run baseline to drift from, and large steps on a policy that has not narrowed or
 learned are how an untrained policy moves. Thresholds
 come from the failure table (``rlobs.failures``), chosen on the calibration runs of ``bench/early_warning.py``
@@ -341,9 +341,9 @@ OVERSIZED = "precursor-oversized-updates"
 def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Early warning of a learning-rate collapse: at least ``min_steps`` of the last ``window`` optimiser steps moved
     the policy by more than ``kl_above`` nats per token (``train_step.policy_kl``: KL(before || after) on the step's
-    re-scored samples; single large steps are the estimator's tail on a sharpened policy) while the policy has narrowed to under ``entropy_share_below`` of its early entropy and
-    the training reward has climbed by ``reward_gain`` (medians of the same steps against the medians of the first
-    ``baseline`` steps). Large steps on an untrained policy are how it moves (and a run that never learned has
+    re-scored samples; single large steps are the estimator's tail on a sharpened policy) while the policy has
+    narrowed to under ``entropy_share_below`` of its early entropy and the training reward has climbed by
+    ``reward_gain`` (medians of the same steps against the medians of the first ``baseline`` steps). Large steps on an untrained policy are how it moves (and a run that never learned has
     nothing to lose: no-learning's business); large steps on a policy that has found its answers throw it off them.
     Quiet without ``policy_kl`` (insufficient data). Thresholds: the failure table (rlobs.failures)."""
     kl = series(ctx, "policy_kl")
@@ -393,9 +393,9 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         return [Finding(
             rule=OVERSIZED, severity=Severity.WARNING,
             title=(f"early warning: {over} of the last {w} updates moved the policy > {th['kl_above']:g} nats/token "
-                   f"(median {level:.3g}) "
-                   f"after the reward climbed {gain:+.2f}, its entropy down to {share:.0%}, by step {step}; a learning-rate "
-                   f"collapse expected within {th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"),
+                   f"(median {level:.3g}) after the reward climbed {gain:+.2f}, its entropy down to {share:.0%}, by "
+                   f"step {step}; a learning-rate collapse expected within {th['impact_steps_low']:g}-"
+                   f"{th['impact_steps_high']:g} steps"),
             first_step=step, last_step=step, evidence=ev,
             root_cause=("the learning rate (or a warm-up peak) is too high for this model: every optimiser step "
                         "moves the policy far, and once it has narrowed onto one answer form such steps throw it "
