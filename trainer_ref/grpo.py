@@ -86,15 +86,27 @@ def token_logprobs(model: Any, ids: torch.Tensor, pad_id: int, with_entropy: boo
     return logp, ent
 
 
-def policy_kl(before: torch.Tensor, after: torch.Tensor, mask: torch.Tensor) -> float:
-    """KL(policy before an update || after it) on tokens sampled from the policy before, per token: the k3
-    estimator ``(r - 1) - log r`` with ``r = p_after / p_before`` of each sampled token (non-negative, unbiased
-    for the KL when the tokens come from the policy before). ``before`` / ``after``: log-probs as
-    ``token_logprobs`` returns them; ``mask``: the completion tokens. NaN when ``mask`` is empty."""
+def policy_kl(before: torch.Tensor, after: torch.Tensor, mask: torch.Tensor, behaviour: torch.Tensor | None = None,
+              cap: float = 2.0) -> float:
+    """KL(policy before an update || after it) per token: the k3 estimator ``(r - 1) - log r`` with
+    ``r = p_after / p_before`` of each sampled token (non-negative, unbiased for the KL when the tokens come from
+    the policy before). ``before`` / ``after``: log-probs as ``token_logprobs`` returns them; ``mask``: the
+    completion tokens. NaN when ``mask`` is empty.
+
+    ``behaviour``: the log-probs of the policy that sampled the tokens (the generator's), when that is not the
+    policy before the update (asynchronous training): each token's k3 is then weighted by
+    ``p_before / p_behaviour`` truncated at ``cap`` and the weights self-normalised, so the tokens an older
+    policy sampled and the current one finds unlikely (where any update moves the log-prob most) count as
+    often as the current policy would have sampled them. Token-level correction, as in truncated importance
+    sampling: the prefixes are still the older policy's. Without it k3 on stale tokens reads several times the
+    on-policy value on a healthy run (README "Early warning")."""
+    m = mask.double()
     d = (after - before).double().clamp(-30.0, 30.0)
-    k3 = (d.exp() - 1.0 - d) * mask
-    n = float(mask.sum())
-    return float(k3.sum()) / n if n > 0 else float("nan")
+    k3 = d.exp() - 1.0 - d
+    if behaviour is not None:
+        m = m * (before - behaviour).double().clamp(-30.0, 30.0).exp().clamp(max=cap)
+    n = float(m.sum())
+    return float((k3 * m).sum()) / n if n > 0 else float("nan")
 
 
 def gen_logprob_tensor(gen: list[list[float]], starts: list[int], shape: tuple[int, int]) -> torch.Tensor:

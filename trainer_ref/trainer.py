@@ -27,7 +27,8 @@ class _Backward:
         self.fresh_dl, self.fresh_tok = 0.0, 0.0
         self.gen_lp: list[torch.Tensor] = []  # per sample, completion tokens (parity, importance stats)
         self.train_lp: list[torch.Tensor] = []
-        self.rescore: tuple[torch.Tensor, ...] | None = None  # (ids, attention, mask, log-probs before the update)
+        # (ids, attention, mask, log-probs before the update, generator log-probs)
+        self.rescore: tuple[torch.Tensor, ...] | None = None
 
     def add(self, parts: Any) -> None:
         a = self.acc
@@ -182,11 +183,11 @@ class Trainer:
         ``approx_kl`` with one update per batch). None when off or not measured."""
         if b.rescore is None:
             return None
-        ids, attn, mask, before = b.rescore
+        ids, attn, mask, before, gen = b.rescore
         try:
             with torch.no_grad():
                 after, _ = grpo.token_logprobs(self.model, ids, self.pad_id, attention_mask=attn)
-            kl = grpo.policy_kl(before, after, mask)
+            kl = grpo.policy_kl(before, after, mask, behaviour=gen)
         except Exception as e:  # noqa: BLE001 - a measurement must never cost the step (e.g. out of memory)
             import logging
 
@@ -231,7 +232,7 @@ class Trainer:
             keep = int(self.cfg.get("policy_change_samples", 0) or 0)
             if probing and keep > 0 and b.rescore is None:  # spread over the micro-batch's groups
                 pick = slice(0, None, max(1, ids.shape[0] // keep))
-                b.rescore = tuple(t[pick][:keep] for t in (ids, attn, mask, old))
+                b.rescore = tuple(t[pick][:keep] for t in (ids, attn, mask, old, gen))
             dabs = ((old - gen).abs() * mask).sum(-1) / mask.sum(-1).clamp(min=1)
             if probing:
                 counts = mask.sum(-1).long().tolist()

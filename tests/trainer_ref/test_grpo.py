@@ -67,6 +67,30 @@ def test_policy_kl_is_the_k3_estimate_of_the_update():
     assert math.isclose(est, exact, rel_tol=0.05), (est, exact)
 
 
+def test_policy_kl_on_tokens_an_older_policy_sampled_is_importance_weighted():
+    """Asynchronous training scores tokens an older policy sampled. Plain k3 on them is not KL(before || after):
+    the tokens the older policy liked and the current one does not are over-represented. Weighting by
+    p_before / p_behaviour (truncated, self-normalised) recovers it; when the behaviour policy is the policy
+    before (synchronous training) the weights are 1 and nothing changes."""
+    torch.manual_seed(1)
+    p_mu = torch.tensor([0.4, 0.3, 0.2, 0.1])  # the generator's (stale) policy
+    p0 = torch.tensor([0.85, 0.08, 0.05, 0.02])  # the trainer's, sharper a few updates later
+    # this update moves every logit by as much: the rare tokens' log-probs move most
+    p1 = torch.softmax(p0.log() + torch.tensor([0.3, -0.5, 0.6, -0.7]), -1)
+    exact = float((p0 * (p0.log() - p1.log())).sum())
+    toks = torch.multinomial(p_mu, 400_000, replacement=True)
+    before, after, gen = p0.log()[toks][None], p1.log()[toks][None], p_mu.log()[toks][None]
+    ones = torch.ones(1, toks.numel())
+    plain = grpo.policy_kl(before, after, ones)
+    weighted = grpo.policy_kl(before, after, ones, behaviour=gen, cap=50.0)
+    assert abs(weighted - exact) < 0.03 * exact, (weighted, exact)
+    assert abs(plain - exact) > 0.1 * exact, (plain, exact)  # the uncorrected reading is off
+    # truncation at the default cap moves it, but keeps it nearer the KL than no correction
+    assert abs(grpo.policy_kl(before, after, ones, behaviour=gen) - exact) < abs(plain - exact)
+    # on-policy tokens: weights 1, the plain estimate exactly
+    assert grpo.policy_kl(before, after, ones, behaviour=before.clone()) == plain
+
+
 def test_logprobs_of_padded_batch_equal_unpadded_even_when_pad_occurs_inside():
     """SmolLM2's pad token is its end-of-turn token, present in every chat prompt: the attention mask
     must come from the lengths (a pad-id mask scores another context than the generator saw)."""
@@ -99,7 +123,8 @@ def test_a_failing_policy_kl_rescore_costs_the_step_nothing():
 
     me = SimpleNamespace(model=broken, pad_id=0, cfg={"policy_change_samples": 16})
     b = _Backward()
-    b.rescore = (torch.ones(2, 4, dtype=torch.long), torch.ones(2, 4), torch.ones(2, 3), torch.zeros(2, 3))
+    b.rescore = (torch.ones(2, 4, dtype=torch.long), torch.ones(2, 4), torch.ones(2, 3), torch.zeros(2, 3),
+                 torch.zeros(2, 3))
     assert Trainer._policy_kl(me, b) is None
     assert me.cfg["policy_change_samples"] == 0
     assert Trainer._policy_kl(me, _Backward()) is None  # nothing kept to re-score: not measured
