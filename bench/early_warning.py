@@ -75,13 +75,17 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # 1 Dec 2026, fifth run: the learning-rate classes got a precursor (precursor-oversized-updates, frozen at c78422c);
 # its first held-out scoring found 5 of 6 lr-too-high collapses, so four more held-out seeds of each lr class were
 # trained afterwards to narrow that estimate, and scored with the rule unchanged
-HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": (10, 11, 12, 13), "lr-warmup-too-high": (10, 11, 12, 13)}
+# Sixth run: precursor-uncorrected-off-policy warned on one held-out no-IS control (seed 7, a single 5-step window
+# under the ESS bar); the rule then got a persistence (min_steps), frozen before seeds 10-15 of staleness-no-is and
+# 18-29 of the no-IS control were trained
+HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": (10, 11, 12, 13), "lr-warmup-too-high": (10, 11, 12, 13),
+                                             "staleness-no-is": (10, 11, 12, 13, 14, 15)}
 HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": (6, 7, 8, 9, 10, 11)}
 HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": (3, 4, 5)}
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are
 # new (0-11 had been seen, 9-11 warned in the fifth run)
-HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": (6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16, 17)}
+HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 30))}
 
 
 def _flags(run_dir: Path) -> list[str]:

@@ -110,9 +110,15 @@ def test_uncorrected_off_policy_warns_on_the_real_stale_run_and_names_the_fix(tm
     run = DATA["runs"][STALE]
     th = FAILURES[UNCORRECTED].thresholds
     ess = [r["ess"] for r in run["steps"] if r["step"] <= f.first_step]
-    assert statistics.median(ess[-int(th["window"]):]) < th["ess_below"]  # the median the rule judged
-    assert statistics.median(ess[-int(th["window"]) - 1:-1]) >= th["ess_below"]  # and the step before it did not
-    assert "without importance correction" in f.title and f.first_step < 10
+    w, k = int(th["window"]), int(th["min_steps"])
+
+    def median_ending(back: int) -> float:  # the window's median, ``back`` steps before the finding's
+        return statistics.median(ess[len(ess) - back - w:len(ess) - back])
+
+    assert all(median_ending(b) < th["ess_below"] for b in range(k))  # the medians the rule judged, k running
+    assert median_ending(k) >= th["ess_below"]  # and the window before them was not under the bar
+    # this run's held-out success fell at step 15 (bench/results/early_warning.json): 5 steps ahead at least
+    assert "without importance correction" in f.title and f.first_step <= 10
     assert any("tis-cap" in r or "importance sampling" in r for r in f.remediation)
 
 
@@ -135,6 +141,29 @@ def test_no_correction_at_a_small_lag_is_quiet(tmp_path):
     """The real control: separate_async without IS at max staleness 2 learns, and its ESS stays high."""
     assert DATA["runs"][CONTROL]["steps"][-1]["staleness"] > 0
     assert not diagnose(rlobs.open_run(_record(tmp_path, CONTROL)), rule_ids=[UNCORRECTED]).findings
+
+
+def _with_ess(tmp_path: Path, ess: list[float]) -> Path:
+    """The control's record with its ESS replaced (staleness and the missing correction kept)."""
+    rows = DATA["runs"][CONTROL]["steps"][:len(ess)]
+    rec = rlobs.init(tmp_path, component="trainer", rank=0, run_id="ess", prometheus=False, set_global=False,
+                     config={"mode": "separate_async"})
+    for row, e in zip(rows, ess):
+        emit_step(rec, {**row, "ess": e, "staleness": max(1.0, row.get("staleness") or 0.0)}, correction_cap=0.0)
+    rec.close()
+    return tmp_path
+
+
+def test_one_window_of_low_ess_is_a_burst_not_a_trend(tmp_path):
+    """A healthy no-IS run at max staleness 2 (held-out seed 7 of the sixth run, its ESS here) has a few low steps
+    close together: one 5-step median under the bar, the next above. That is not the sustained loss of ESS the
+    staleness collapses show; the same dip held one step longer is."""
+    burst = [1.0, 1.0, 0.99, 0.98, 0.98, 0.99, 0.95, 0.96, 0.96, 0.97, 0.98, 0.92, 0.98, 0.98, 0.63, 0.76, 0.96,
+             0.97, 0.77, 1.0, 0.99, 0.96, 1.0, 0.93, 0.98]
+    assert not diagnose(rlobs.open_run(_with_ess(tmp_path / "burst", burst)), rule_ids=[UNCORRECTED]).findings
+    held = burst[:19] + [0.7] + burst[20:]
+    (f,) = diagnose(rlobs.open_run(_with_ess(tmp_path / "held", held)), rule_ids=[UNCORRECTED]).findings
+    assert f.first_step == DATA["runs"][CONTROL]["steps"][19]["step"]
 
 
 # ---------- oversized policy updates (learning rate too high) ----------

@@ -281,8 +281,9 @@ def correction_cap(ctx: RunContext) -> float | None:
 def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Early warning of an off-policy divergence: the importance ratios of the consumed samples (current policy
     over the one that generated them) have an effective sample size under ``ess_below`` of the tokens (median of
-    the last ``window`` steps) at a mean staleness of at least ``min_staleness`` versions, and the loss applies no
-    importance correction (cap 0): every step's update is biased towards stale policies. Quiet when the correction
+    the last ``window`` steps, at ``min_steps`` consecutive steps) at a mean staleness of at least
+    ``min_staleness`` versions, and the loss applies no importance correction (cap 0): every step's update is
+    biased towards stale policies. Quiet when the correction
     is on or unknown. Thresholds: the failure table (rlobs.failures)."""
     ess = series(ctx, "ess")
     if not ess:
@@ -293,14 +294,16 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
                             "staleness.is_correction_cap, no tis_cap in the run config)")
     if cap > 0:
         return []
-    w = int(th["window"])
+    w, persist = int(th["window"]), int(th.get("min_steps", 1))
     stale = dict(series(ctx, "staleness"))
+    run = 0
     for i in range(w - 1, len(ess)):
         last = ess[i - w + 1:i + 1]
         level = statistics.median(v for _, v in last)
         st = [stale[s] for s, _ in last if s in stale]
         mean_st = statistics.median(st) if st else 0.0
-        if level >= th["ess_below"] or mean_st < th["min_staleness"]:
+        run = 0 if level >= th["ess_below"] or mean_st < th["min_staleness"] else run + 1
+        if run < persist:
             continue
         step = ess[i][0]
         first = next((s for s, v in ess[:i + 1] if v < th["ess_below"] and stale.get(s, 0.0) >= th["min_staleness"]),
@@ -312,7 +315,7 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
                    f"divergence expected within {th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"),
             first_step=step, last_step=step,
             evidence=[Evidence("staleness.ess_ratio", round(level, 4), th["ess_below"], (first, step),
-                               f"median of the last {w} steps; 1.0 = on-policy, the rest of the batch's weight is "
+                               f"median of the last {w} steps ({persist} steps running); 1.0 = on-policy, the rest of the batch's weight is "
                                "carried by a few tokens the stale policy sampled unlike the current one"),
                       Evidence("staleness.mean_staleness", round(mean_st, 3), th["min_staleness"], (first, step),
                                "median over the same steps (policy versions between generation and training)"),
