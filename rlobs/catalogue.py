@@ -316,7 +316,8 @@ METRICS: tuple[MetricSpec, ...] = (
        (), S("train_step", "set", "kl", finite_only=True)),
     _m("rlobs_policy_update_kl", "gauge", "1",
        "How far the last optimiser step moved the policy: KL(before || after) per token on the step's re-scored "
-       "samples (k3).", (), S("train_step", "set", "policy_kl", finite_only=True, absent_until_set=True)),
+       "samples (k3; weighted by p_before / p_behaviour when an older policy sampled them).", (),
+       S("train_step", "set", "policy_kl", finite_only=True, absent_until_set=True)),
 )
 
 CATALOGUE: Mapping[str, MetricSpec] = {m.name: m for m in METRICS}
