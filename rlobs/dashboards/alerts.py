@@ -586,7 +586,11 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                     f"{_over_time('max_over_time', 'rlobs_policy_entropy', history, recent)})"
                     f"{on}({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} >= "
                     f"{_over_time('quantile_over_time', 'rlobs_reward_mean', history, recent, q=0.1)}"
-                    f" + {o['reward_gain']:g})"),
+                    f" + {o['reward_gain']:g})"
+                    # the quantile weighs scrapes, not updates: a gauge holds its last value when the trainer
+                    # stops or stalls, and one large last update would fill the window. The window must hold
+                    # min_steps updates (min_steps - 1 changes of the gauge), as the doctor's rule counts steps
+                    f"{on}({_over_time('changes', 'rlobs_policy_update_kl', recent)} >= {o['min_steps'] - 1:g})"),
             f("precursor-oversized-updates"),
             "Early warning: oversized policy updates after the run learned, learning-rate collapse ahead ({{ $labels.run }})",
             "The optimiser steps of {{ $labels.component }} (run {{ $labels.run }}) move the policy {{ $value | "
@@ -597,7 +601,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             "the precursor of a collapse (the reward fell "
             f"{o['impact_steps_low']:g}-{o['impact_steps_high']:g} steps later in the early-warning bench). Lower the "
             "learning rate or the warm-up peak; resume from a checkpoint before the warning.",
-            PromtoolCase((("rlobs_policy_update_kl", {}, "0.001x70 0.1x20"),
+            PromtoolCase((("rlobs_policy_update_kl", {}, "0.001+0.0000001x70 0.1+0.0000001x20"),
                           ("rlobs_policy_entropy", {}, "1x70 0.5x20"),
                           ("rlobs_reward_mean", {}, "0.2x70 0.6x20")), "100m", not_yet_min=70, firing_min=88)),
     )
