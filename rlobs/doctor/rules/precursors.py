@@ -22,7 +22,8 @@ climbs. The entropy and zero-std rules therefore stay silent while the training 
 level by ``learning_gain`` (and the zero-std rule while the reward is high: solved, not stuck).
 
 ``precursor-uncorrected-off-policy`` is a level rule, not a drift: stale samples whose importance ratios have
-lost a fifth of their effective sample size (median of the last ``window`` steps under ``ess_below``) are trained on
+lost a fifth of their effective sample size (median of the last ``window`` steps under ``ess_below``, at
+``min_steps`` steps running: a few low steps close together are a burst) are trained on
 with no importance correction (``staleness.is_correction_cap`` 0, or the run config's ``tis_cap`` 0): the update
 is biased towards the policies that generated them, every step. With correction on, the same ESS is what the
 truncation handles (``precursor-importance-truncation`` watches it). ``precursor-oversized-updates`` is a level
