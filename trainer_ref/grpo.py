@@ -86,6 +86,11 @@ def token_logprobs(model: Any, ids: torch.Tensor, pad_id: int, with_entropy: boo
     return logp, ent
 
 
+def k3(log_ratio: torch.Tensor) -> torch.Tensor:
+    """The k3 KL estimator per token, ``(r - 1) - log r`` with ``log r = log_ratio`` (non-negative)."""
+    return log_ratio.exp() - 1.0 - log_ratio
+
+
 def policy_kl(before: torch.Tensor, after: torch.Tensor, mask: torch.Tensor, behaviour: torch.Tensor | None = None,
               cap: float = 2.0) -> float:
     """KL(policy before an update || after it) per token: the k3 estimator ``(r - 1) - log r`` with
@@ -101,12 +106,11 @@ def policy_kl(before: torch.Tensor, after: torch.Tensor, mask: torch.Tensor, beh
     sampling: the prefixes are still the older policy's. Without it k3 on stale tokens reads several times the
     on-policy value on a healthy run (README "Early warning")."""
     m = mask.double()
-    d = (after - before).double().clamp(-30.0, 30.0)
-    k3 = d.exp() - 1.0 - d
+    per_token = k3((after - before).double().clamp(-30.0, 30.0))
     if behaviour is not None:
         m = m * (before - behaviour).double().clamp(-30.0, 30.0).exp().clamp(max=cap)
     n = float(m.sum())
-    return float((k3 * m).sum()) / n if n > 0 else float("nan")
+    return float((per_token * m).sum()) / n if n > 0 else float("nan")
 
 
 def gen_logprob_tensor(gen: list[list[float]], starts: list[int], shape: tuple[int, int]) -> torch.Tensor:
@@ -149,10 +153,9 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, gen_logp: torch.Tensor
     per_tok = w * surr
     kl_val = 0.0
     if ref_logp is not None and kl_coef > 0:
-        d = ref_logp - logp
-        k3 = torch.exp(d) - d - 1
-        per_tok = per_tok + kl_coef * k3
-        kl_val = float((k3.detach() * mask).sum())
+        kl_tok = k3(ref_logp - logp)
+        per_tok = per_tok + kl_coef * kl_tok
+        kl_val = float((kl_tok.detach() * mask).sum())
     loss = (per_tok * mask).sum() / token_denominator
     m = mask > 0
     wm = w_raw[m]

@@ -11,11 +11,20 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from typing import Any
+from typing import Any, NamedTuple
 
 import torch
 
 from trainer_ref import checkpoint, dp, faults, grpo, telemetry, weight_sync
+
+
+class _Rescore(NamedTuple):
+    """The samples ``Trainer._policy_kl`` re-scores after the update, as the step's forward saw them."""
+    ids: torch.Tensor
+    attention: torch.Tensor
+    mask: torch.Tensor
+    before: torch.Tensor  # log-probs before the update
+    behaviour: torch.Tensor  # the generator's log-probs
 
 
 class _Backward:
@@ -27,8 +36,7 @@ class _Backward:
         self.fresh_dl, self.fresh_tok = 0.0, 0.0
         self.gen_lp: list[torch.Tensor] = []  # per sample, completion tokens (parity, importance stats)
         self.train_lp: list[torch.Tensor] = []
-        # (ids, attention, mask, log-probs before the update, generator log-probs)
-        self.rescore: tuple[torch.Tensor, ...] | None = None
+        self.rescore: _Rescore | None = None
 
     def add(self, parts: Any) -> None:
         a = self.acc
@@ -232,7 +240,7 @@ class Trainer:
             keep = int(self.cfg.get("policy_change_samples", 0) or 0)
             if probing and keep > 0 and b.rescore is None:  # spread over the micro-batch's groups
                 pick = slice(0, None, max(1, ids.shape[0] // keep))
-                b.rescore = tuple(t[pick][:keep] for t in (ids, attn, mask, old, gen))
+                b.rescore = _Rescore(*(t[pick][:keep] for t in (ids, attn, mask, old, gen)))
             dabs = ((old - gen).abs() * mask).sum(-1) / mask.sum(-1).clamp(min=1)
             if probing:
                 counts = mask.sum(-1).long().tolist()
