@@ -9,7 +9,10 @@
 
 Each call emits one ``grader_call`` event: ``queue_wait_s`` (submission -> start; 0 without
 ``submitted_ns``), ``latency_s`` (start -> end), ``outcome`` (ok / timeout / error) and ``reward``
-(when the grader returned a number, or what ``reward_of`` extracts). The wrappers are transparent: they
+(when the grader returned a number, or what ``reward_of`` extracts). ``step=`` / ``policy_version=`` on a
+call stamp its event: a grader in its own process has no trainer step, and without one the doctor places
+the call on the trainer step in progress when it finished (wall clock), which misplaces calls when
+grading lags training. The wrappers are transparent: they
 return what the grader returned and re-raise what it raised (``TimeoutError`` and
 ``asyncio.TimeoutError`` count as ``timeout``).
 
@@ -46,6 +49,8 @@ class InflightCall:
     sample_id: str | None
     started: float  # time.monotonic()
     overdue_reported: bool = False
+    step: int | None = None  # trainer step the call belongs to (None: the recorder's context)
+    policy_version: int | None = None  # policy that generated the graded sample (None: the context)
 
 
 @dataclass(slots=True)
@@ -103,8 +108,11 @@ class GraderProbe:
             self.start()
 
     # ---- calls ----------------------------------------------------------------------------------
-    def _begin(self, kind: str, sample_id: Any) -> InflightCall:
-        c = InflightCall(next(self._ids), str(kind), None if sample_id is None else str(sample_id), time.monotonic())
+    def _begin(self, kind: str, sample_id: Any, step: int | None = None,
+               policy_version: int | None = None) -> InflightCall:
+        c = InflightCall(next(self._ids), str(kind), None if sample_id is None else str(sample_id), time.monotonic(),
+                         step=None if step is None else int(step),
+                         policy_version=None if policy_version is None else int(policy_version))
         with self._lock:
             self._inflight[c.call_id] = c
             self._kinds_seen.add(kind)
@@ -116,8 +124,9 @@ class GraderProbe:
         with self._lock:
             self._inflight.pop(c.call_id, None)
         wait = max((start_ns - submitted_ns) / 1e9, 0.0) if submitted_ns is not None else 0.0
+        stamp = {k: v for k, v in (("step", c.step), ("policy_version", c.policy_version)) if v is not None}
         recorder_or_global(self._recorder).emit(
-            "grader_call", sample_id=c.sample_id, grader_kind=c.kind, queue_wait_s=wait, latency_s=latency,
+            "grader_call", **stamp, sample_id=c.sample_id, grader_kind=c.kind, queue_wait_s=wait, latency_s=latency,
             outcome=outcome, reward=reward if outcome == "ok" else None, error=error)
 
     @staticmethod
@@ -125,10 +134,12 @@ class GraderProbe:
         return "timeout" if isinstance(exc, (TimeoutError, asyncio.TimeoutError)) else "error"
 
     def call(self, kind: str, fn: Callable[..., Any], *args: Any, sample_id: Any = None,
-             submitted_ns: int | None = None, **kwargs: Any) -> Any:
-        """Run ``fn(*args, **kwargs)`` as one grader call of ``kind``; return its result."""
+             submitted_ns: int | None = None, step: int | None = None, policy_version: int | None = None,
+             **kwargs: Any) -> Any:
+        """Run ``fn(*args, **kwargs)`` as one grader call of ``kind``; return its result. ``step`` /
+        ``policy_version`` stamp the event (graders in their own process have no trainer step of their own)."""
         start_ns = time.time_ns()
-        c = self._begin(kind, sample_id)
+        c = self._begin(kind, sample_id, step, policy_version)
         try:
             value = fn(*args, **kwargs)
         except BaseException as exc:
@@ -138,10 +149,11 @@ class GraderProbe:
         return value
 
     async def acall(self, kind: str, awaitable: Awaitable[Any], *, sample_id: Any = None,
-                    submitted_ns: int | None = None, timeout_s: float | None = None) -> Any:
+                    submitted_ns: int | None = None, timeout_s: float | None = None, step: int | None = None,
+                    policy_version: int | None = None) -> Any:
         """Await ``awaitable`` (optionally bounded by ``timeout_s``) as one grader call of ``kind``."""
         start_ns = time.time_ns()
-        c = self._begin(kind, sample_id)
+        c = self._begin(kind, sample_id, step, policy_version)
         try:
             if timeout_s is not None:
                 value = await asyncio.wait_for(awaitable, timeout_s)
@@ -154,11 +166,12 @@ class GraderProbe:
         return value
 
     @contextmanager
-    def track(self, kind: str, *, sample_id: Any = None, submitted_ns: int | None = None) -> Iterator[CallHandle]:
+    def track(self, kind: str, *, sample_id: Any = None, submitted_ns: int | None = None, step: int | None = None,
+              policy_version: int | None = None) -> Iterator[CallHandle]:
         """A grader call whose work happens inside the block; set ``handle.reward`` (and optionally
         ``handle.outcome`` / ``handle.error``). An exception marks it error/timeout and propagates."""
         start_ns = time.time_ns()
-        c = self._begin(kind, sample_id)
+        c = self._begin(kind, sample_id, step, policy_version)
         h = CallHandle(kind, c.sample_id)
         try:
             yield h

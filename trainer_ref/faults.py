@@ -279,16 +279,18 @@ def _step_of(sample: Mapping[str, Any]) -> int:
     return int(sample.get("dispatch_version") or 0)
 
 
-def grader_call(f: Fault, sample: Mapping[str, Any], timeout_s: float) -> None:
+def grader_call(f: Fault, sample: Mapping[str, Any], timeout_s: float, step: int | None = None) -> None:
     """slow_grader: sleep ``magnitude`` s; hung_grader: one call in 8 blocks past the timeout;
-    grader_crash: the process dies on a sample of the poison prompt."""
+    grader_crash: the process dies on a sample of the poison prompt. The onset counts trainer steps:
+    ``step`` (the trainer step the grading was submitted at), else the sample's dispatch version."""
+    at = _step_of(sample) if step is None else int(step)
     if f.name == "grader_crash" and str(sample.get("group_id")) == f"p{int(f.magnitude)}":
         import os
 
         os._exit(1)  # a grader that keeps dying on this input (segfaulting checker, OOM on one sample)
-    if f.on("slow_grader", _step_of(sample)):
+    if f.on("slow_grader", at):
         time.sleep(f.magnitude)
-    elif f.on("hung_grader", _step_of(sample)) and zlib.crc32(str(sample["sample_id"]).encode()) % 8 == 0:
+    elif f.on("hung_grader", at) and zlib.crc32(str(sample["sample_id"]).encode()) % 8 == 0:
         time.sleep(f.magnitude * timeout_s)
 
 

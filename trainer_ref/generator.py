@@ -189,8 +189,9 @@ class VLLMGenerator:
 
         self._grader = GraderWorker(kind, timeout_s, judge=judge, init_telemetry=False)
 
-    def grade(self, samples: list[dict[str, Any]], submitted_at: float | None = None) -> list[dict[str, Any]]:
-        return self._grader.grade(samples, submitted_at)
+    def grade(self, samples: list[dict[str, Any]], submitted_at: float | None = None,
+              step: int | None = None) -> list[dict[str, Any]]:
+        return self._grader.grade(samples, submitted_at, step)
 
     def engine_layout(self) -> dict[str, Any]:
         """How the engine holds the weights (``weight_sync.engine_layout_info``): the trainer adopts it,

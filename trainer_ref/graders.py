@@ -171,19 +171,22 @@ class GraderWorker:
         """Everything this process recorded so far is in the run record (a reused actor, end of a run)."""
         return telemetry.flush()
 
-    def _tracked(self, sample: dict[str, Any], submitted_ns: int | None = None) -> float:
-        """One grader call, tracked by the GraderProbe (grader_call event; in flight for the watchdog)."""
+    def _tracked(self, sample: dict[str, Any], submitted_ns: int | None = None, step: int | None = None) -> float:
+        """One grader call, tracked by the GraderProbe (grader_call event; in flight for the watchdog). The
+        event carries the trainer step the grading was submitted at and the sample's dispatch version: this
+        process has no step of its own, and placing calls by wall clock misplaces them when grading lags."""
         if not telemetry.enabled():
-            return self._one(sample)
+            return self._one(sample, step)
         t0 = time.perf_counter()
-        with telemetry.probe().grader.track(self.kind, sample_id=sample["sample_id"], submitted_ns=submitted_ns) as h:
-            h.reward = self._one(sample)
+        with telemetry.probe().grader.track(self.kind, sample_id=sample["sample_id"], submitted_ns=submitted_ns,
+                                            step=step, policy_version=sample.get("dispatch_version")) as h:
+            h.reward = self._one(sample, step)
             if time.perf_counter() - t0 > self.timeout_s:  # the caller gave up on it already
                 h.outcome, h.error = "timeout", f"finished after the {self.timeout_s}s timeout"
         return h.reward
 
-    def _one(self, sample: dict[str, Any]) -> float:
-        faults.grader_call(self.fault, sample, self.timeout_s)
+    def _one(self, sample: dict[str, Any], step: int | None = None) -> float:
+        faults.grader_call(self.fault, sample, self.timeout_s, step)
         if self.kind == "code":
             return grade_code(sample, self.timeout_s)
         if self.kind == "judge":
@@ -193,12 +196,14 @@ class GraderWorker:
             return float(ray.get(ref, timeout=self.timeout_s)[0])
         return GRADERS[self.kind](sample)
 
-    def grade(self, samples: list[dict[str, Any]], submitted_at: float | None = None) -> list[dict[str, Any]]:
-        """Returns [{sample_id, reward, outcome, latency_s, queue_wait_s, error}] in input order."""
+    def grade(self, samples: list[dict[str, Any]], submitted_at: float | None = None,
+              step: int | None = None) -> list[dict[str, Any]]:
+        """Returns [{sample_id, reward, outcome, latency_s, queue_wait_s, error}] in input order. ``step``:
+        the trainer step at submission (stamped on the grader_call events)."""
         start = time.time()
         wait = max(0.0, start - submitted_at) if submitted_at else 0.0
         sub_ns = int(submitted_at * 1e9) if submitted_at else None
-        futs = [(s, time.perf_counter(), self.pool.submit(self._tracked, s, sub_ns)) for s in samples]
+        futs = [(s, time.perf_counter(), self.pool.submit(self._tracked, s, sub_ns, step)) for s in samples]
         out = []
         for s, t0, fut in futs:
             err, reward, outcome = None, None, "ok"

@@ -100,8 +100,9 @@ class Orchestrator:
         return i
 
     def grade_on(self, groups: list[Group], i: int) -> Any:
-        """Grade on worker ``i`` (no ledger transition: a re-grade after a grader death uses it too)."""
-        return self.graders[i].grade.remote([s.to_dict() for g in groups for s in g.samples], time.time())
+        """Grade on worker ``i`` (no ledger transition: a re-grade after a grader death uses it too); the
+        calls are stamped with the trainer step in progress now."""
+        return self.graders[i].grade.remote([s.to_dict() for g in groups for s in g.samples], time.time(), self.step)
 
     def rewards_for(self, groups: list[Group]) -> list[dict[str, Any]]:
         """Grade and wait for the rewards (the wait is the trainer's reward-wait time)."""

@@ -102,3 +102,32 @@ def test_reward_wait_share():
     assert 0.0 < g.wait_share() < 1.0
     g.reset_share()
     assert g.wait_share(now=g._share_origin + 1.0) == 0.0
+
+
+def test_stamped_calls_keep_their_step_so_the_doctor_places_grading_that_lags_training(live):
+    """A grader process has no trainer step: stamped calls carry the step they were submitted at and the
+    sample's policy version. Here the trainer runs all 7 steps before grading finishes (a fast trainer, a
+    grader slowed from step 4): by wall clock every call would land on the last step and the doctor would
+    see no change against the baseline; stamped, ``grader-slow`` names step 4."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from rlobs.doctor import diagnose
+
+    for step in range(7):
+        live.rec.emit("train_step", step=step, loss=0.0)
+    live.rec.set_step(6)  # the context a step-less call would get
+    g = GraderProbe(watchdog=False)
+
+    def one(step: int, i: int) -> None:
+        with g.track("exact", sample_id=f"s{step}-{i}", step=step, policy_version=max(step - 1, 0)) as h:
+            time.sleep(0.2 if step >= 4 else 0.002)
+            h.reward = 1.0
+
+    with ThreadPoolExecutor(16) as pool:
+        list(pool.map(lambda a: one(*a), [(s, i) for s in range(7) for i in range(4)]))
+    g.call("exact", lambda: 1.0, sample_id="unstamped")
+    rec = live.close_and_open()
+    got = rows(rec, "select step, policy_version, count(*) from grader_call group by all order by 1, 2")
+    assert got == [(0, 0, 4), (1, 0, 4), (2, 1, 4), (3, 2, 4), (4, 3, 4), (5, 4, 4), (6, 5, 4), (6, None, 1)]
+    slow = [f for f in diagnose(rec).findings if f.rule == "grader-slow"]
+    assert [(f.first_step, f.last_step) for f in slow] == [(4, 6)]

@@ -71,7 +71,8 @@ def test_code_grader_executes_the_answer_in_the_sandbox():
 
 def test_grader_worker_timeout_and_error_outcomes():
     w = GraderWorker("exact", timeout_s=0.5, init_telemetry=False)
-    w._one = lambda s: (__import__("time").sleep(2) if s["sample_id"] == "slow" else 1 / 0)  # type: ignore[method-assign]
+    w._one = lambda s, step=None: (  # type: ignore[method-assign]
+        __import__("time").sleep(2) if s["sample_id"] == "slow" else 1 / 0)
     out = w.grade([{**_s("#82"), "sample_id": "slow"}, {**_s("#82"), "sample_id": "bad"}])
     assert [o["outcome"] for o in out] == ["timeout", "error"]
     assert out[0]["reward"] is None and "ZeroDivisionError" in out[1]["error"]
