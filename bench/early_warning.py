@@ -51,7 +51,15 @@ CLASSES: dict[str, tuple[str, list[str]]] = {
     "kl-blow-up": ("KL term on (kl_coef 0.05) with a learning rate 5x", [*SYNC, "--lr", "1.5e-3", "--kl-coef", "0.05"]),
     "staleness-no-is": ("separate_async, importance correction off, max staleness 8, lr 5e-4",
                         ["--mode", "separate_async", "--lr", "5e-4", "--tis-cap", "0", "--max-staleness", "8"]),
+    "staleness-no-is-lag4": ("separate_async, importance correction off, max staleness 4, lr 3e-4 (the healthy lr): "
+                             "collapses on some seeds, learns on others",
+                             ["--mode", "separate_async", "--lr", "3e-4", "--tis-cap", "0", "--max-staleness", "4"]),
 }
+# classes whose setting collapses on some seeds and learns on others: a run of theirs that does not collapse is
+# scored as a healthy run (a warning on it counts against the rules)
+MIXED = ("staleness-no-is-lag4",)
+# 2 Dec 2026, seventh run: staleness-no-is-lag4 was tried on seeds 0-2 (exploratory, the healthy lr at twice the
+# controls' lag; seed 1 collapsed at step 10, 0 and 2 learned) with the fast_staleness change frozen; 3-12 held out
 # 1 Dec 2026, second run of the matrix: kl-blow-up was lr 3e-3 and staleness-no-is lr 1e-3; both collapsed by the
 # first held-out evaluations (steps 5-10 in 6 of 8 runs), where no detector with a baseline can lead by 5 steps.
 # The slower settings were chosen after looking at seeds 0-1 of each (lr 1.5e-3: KL 0 -> 2-3 over 20 steps, one seed
@@ -78,14 +86,20 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # Sixth run: precursor-uncorrected-off-policy warned on one held-out no-IS control (seed 7, a single 5-step window
 # under the ESS bar); the rule then got a persistence (min_steps), frozen before seeds 10-15 of staleness-no-is and
 # 18-29 of the no-IS control were trained
-HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": (10, 11, 12, 13), "lr-warmup-too-high": (10, 11, 12, 13),
-                                             "staleness-no-is": (10, 11, 12, 13, 14, 15)}
+# Seventh run (2 Dec 2026): precursor-uncorrected-off-policy got fast_staleness (one window is enough at a window
+# median staleness of 4+), chosen after the sixth run's misses (staleness-no-is seeds 11 and 13) were seen, so it was
+# frozen before staleness-no-is seeds 16-25, no-IS controls 30-37 and staleness-no-is-lag4 seeds 3-12 were trained;
+# lr-too-high seeds 14-19 (rules unchanged) were added to the held-out split before they were trained, their number
+# fixed in advance
+HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 20)), "lr-warmup-too-high": (10, 11, 12, 13),
+                                             "staleness-no-is": tuple(range(10, 26)),
+                                             "staleness-no-is-lag4": tuple(range(3, 13))}
 HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": (6, 7, 8, 9, 10, 11)}
 HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": (3, 4, 5)}
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are
 # new (0-11 had been seen, 9-11 warned in the fifth run)
-HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 30))}
+HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 38))}
 
 
 def _flags(run_dir: Path) -> list[str]:
@@ -98,7 +112,8 @@ def _flags(run_dir: Path) -> list[str]:
 def matrix(classes: list[str] | None = None) -> list[dict]:
     out = []
     for cls in classes or list(CLASSES):
-        for split, seeds in (("calibration", CALIBRATION_SEEDS), ("heldout", HELDOUT_SEEDS + HELDOUT_EXTRA.get(cls, ()))):
+        cal, held = ((0, 1, 2), ()) if cls in MIXED else (CALIBRATION_SEEDS, HELDOUT_SEEDS)
+        for split, seeds in (("calibration", cal), ("heldout", held + HELDOUT_EXTRA.get(cls, ()))):
             out += [{"name": f"{cls}-s{s}", "class": cls, "split": split, "seed": s, "args": CLASSES[cls][1]}
                     for s in seeds]
     for split, seeds in HEALTHY_SEEDS.items():
@@ -224,7 +239,8 @@ def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
 def summarise(rows: list[dict]) -> dict:
     out: dict = {}
     for split in ("calibration", "heldout", "all"):
-        sel = [r for r in rows if r["class"] != "exploratory" and (split == "all" or r["split"] == split)]
+        sel = [{**r, "class": "healthy"} if r["class"] in MIXED and r["drop_step"] is None else r
+               for r in rows if r["class"] != "exploratory" and (split == "all" or r["split"] == split)]
         classes: dict = {}
         for cls in sorted({r["class"] for r in sel if r["class"] != "healthy"}):
             rs = [r for r in sel if r["class"] == cls]

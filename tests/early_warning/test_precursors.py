@@ -110,7 +110,9 @@ def test_uncorrected_off_policy_warns_on_the_real_stale_run_and_names_the_fix(tm
     run = DATA["runs"][STALE]
     th = FAILURES[UNCORRECTED].thresholds
     ess = [r["ess"] for r in run["steps"] if r["step"] <= f.first_step]
-    w, k = int(th["window"]), int(th["min_steps"])
+    stale = [r["staleness"] for r in run["steps"] if r["step"] <= f.first_step]
+    w = int(th["window"])
+    k = 1 if statistics.median(stale[-w:]) >= th["fast_staleness"] else int(th["min_steps"])  # far behind: one
 
     def median_ending(back: int) -> float:  # the window's median, ``back`` steps before the finding's
         return statistics.median(ess[len(ess) - back - w:len(ess) - back])
@@ -143,13 +145,14 @@ def test_no_correction_at_a_small_lag_is_quiet(tmp_path):
     assert not diagnose(rlobs.open_run(_record(tmp_path, CONTROL)), rule_ids=[UNCORRECTED]).findings
 
 
-def _with_ess(tmp_path: Path, ess: list[float]) -> Path:
-    """The control's record with its ESS replaced (staleness and the missing correction kept)."""
+def _with_ess(tmp_path: Path, ess: list[float], staleness: float | None = None) -> Path:
+    """The control's record with its ESS replaced (its staleness, or ``staleness``, and the missing correction)."""
     rows = DATA["runs"][CONTROL]["steps"][:len(ess)]
     rec = rlobs.init(tmp_path, component="trainer", rank=0, run_id="ess", prometheus=False, set_global=False,
                      config={"mode": "separate_async"})
     for row, e in zip(rows, ess):
-        emit_step(rec, {**row, "ess": e, "staleness": max(1.0, row.get("staleness") or 0.0)}, correction_cap=0.0)
+        st = staleness if staleness is not None else max(1.0, row.get("staleness") or 0.0)
+        emit_step(rec, {**row, "ess": e, "staleness": st}, correction_cap=0.0)
     rec.close()
     return tmp_path
 
@@ -164,6 +167,18 @@ def test_one_window_of_low_ess_is_a_burst_not_a_trend(tmp_path):
     held = burst[:19] + [0.7] + burst[20:]
     (f,) = diagnose(rlobs.open_run(_with_ess(tmp_path / "held", held)), rule_ids=[UNCORRECTED]).findings
     assert f.first_step == DATA["runs"][CONTROL]["steps"][19]["step"]
+
+
+def test_far_behind_one_window_of_low_ess_is_enough(tmp_path):
+    """The same burst on samples ``fast_staleness`` versions old (the staleness collapses run at 5-8 by their
+    ninth step, and two of them broke by the tenth): the first window under the bar warns."""
+    burst = [1.0, 1.0, 0.99, 0.98, 0.98, 0.99, 0.95, 0.96, 0.96, 0.97, 0.98, 0.92, 0.98, 0.98, 0.63, 0.76, 0.96,
+             0.97, 0.77, 1.0, 0.99, 0.96, 1.0, 0.93, 0.98]
+    far = FAILURES[UNCORRECTED].thresholds["fast_staleness"]
+    (f,) = diagnose(rlobs.open_run(_with_ess(tmp_path / "far", burst, staleness=far)), rule_ids=[UNCORRECTED]).findings
+    assert f.first_step == DATA["runs"][CONTROL]["steps"][18]["step"]
+    near = _with_ess(tmp_path / "near", burst, staleness=far - 1)
+    assert not diagnose(rlobs.open_run(near), rule_ids=[UNCORRECTED]).findings
 
 
 # ---------- oversized policy updates (learning rate too high) ----------

@@ -282,9 +282,9 @@ def correction_cap(ctx: RunContext) -> float | None:
 def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Early warning of an off-policy divergence: the importance ratios of the consumed samples (current policy
     over the one that generated them) have an effective sample size under ``ess_below`` of the tokens (median of
-    the last ``window`` steps, at ``min_steps`` consecutive steps) at a mean staleness of at least
-    ``min_staleness`` versions, and the loss applies no importance correction (cap 0): every step's update is
-    biased towards stale policies. Quiet when the correction
+    the last ``window`` steps, at ``min_steps`` consecutive steps; one is enough once the samples are
+    ``fast_staleness`` versions old) at a mean staleness of at least ``min_staleness`` versions, and the loss
+    applies no importance correction (cap 0): every step's update is biased towards stale policies. Quiet when the correction
     is on or unknown. Thresholds: the failure table (rlobs.failures)."""
     ess = series(ctx, "ess")
     if not ess:
@@ -304,7 +304,8 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
         st = [stale[s] for s, _ in last if s in stale]
         mean_st = statistics.median(st) if st else 0.0
         run = 0 if level >= th["ess_below"] or mean_st < th["min_staleness"] else run + 1
-        if run < persist:
+        need = 1 if mean_st >= th.get("fast_staleness", math.inf) else persist  # far behind: no burst to wait out
+        if run < need:
             continue
         step = ess[i][0]
         first = next((s for s, v in ess[:i + 1] if v < th["ess_below"] and stale.get(s, 0.0) >= th["min_staleness"]),
@@ -316,7 +317,7 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
                    f"divergence expected within {th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"),
             first_step=step, last_step=step,
             evidence=[Evidence("staleness.ess_ratio", round(level, 4), th["ess_below"], (first, step),
-                               f"median of the last {w} steps ({persist} steps running); 1.0 = on-policy, the rest of the batch's weight is "
+                               f"median of the last {w} steps ({run} steps running); 1.0 = on-policy, the rest of the batch's weight is "
                                "carried by a few tokens the stale policy sampled unlike the current one"),
                       Evidence("staleness.mean_staleness", round(mean_st, 3), th["min_staleness"], (first, step),
                                "median over the same steps (policy versions between generation and training)"),
