@@ -139,8 +139,7 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     # the exploratory no-IS runs at max staleness 4 were scored
     _f("precursor-uncorrected-off-policy", "warning", "1m",
        thresholds={"window": 5, "ess_below": 0.8, "min_staleness": 1.0, "min_steps": 2, "fast_staleness": 4.0,
-                   "impact_steps_low": 3,
-                   "impact_steps_high": 19}),
+                   "impact_steps_low": 3, "impact_steps_high": 19}),
     # a level, not a drift, chosen on bench/early_warning.py's calibration runs (lr-too-high and lr-warmup seeds
     # 0-3, the 17 healthy calibration runs) and the 40 healthy doctor_calib runs of seeds 1100-1139 re-recorded with
     # policy_kl (the `tiny` model at lr 1e-3 / 3e-3 moves 0.01-0.3 nats/token per update without learning: KL alone

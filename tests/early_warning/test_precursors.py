@@ -157,12 +157,16 @@ def _with_ess(tmp_path: Path, ess: list[float], staleness: float | None = None) 
     return tmp_path
 
 
+# the ESS of held-out no-IS control seed 7 (sixth run): three low steps close together
+SEED7_BURST = [1.0, 1.0, 0.99, 0.98, 0.98, 0.99, 0.95, 0.96, 0.96, 0.97, 0.98, 0.92, 0.98, 0.98, 0.63, 0.76, 0.96,
+               0.97, 0.77, 1.0, 0.99, 0.96, 1.0, 0.93, 0.98]
+
+
 def test_one_window_of_low_ess_is_a_burst_not_a_trend(tmp_path):
     """A healthy no-IS run at max staleness 2 (held-out seed 7 of the sixth run, its ESS here) has a few low steps
     close together: one 5-step median under the bar, the next above. That is not the sustained loss of ESS the
     staleness collapses show; the same dip held one step longer is."""
-    burst = [1.0, 1.0, 0.99, 0.98, 0.98, 0.99, 0.95, 0.96, 0.96, 0.97, 0.98, 0.92, 0.98, 0.98, 0.63, 0.76, 0.96,
-             0.97, 0.77, 1.0, 0.99, 0.96, 1.0, 0.93, 0.98]
+    burst = SEED7_BURST
     assert not diagnose(rlobs.open_run(_with_ess(tmp_path / "burst", burst)), rule_ids=[UNCORRECTED]).findings
     held = burst[:19] + [0.7] + burst[20:]
     (f,) = diagnose(rlobs.open_run(_with_ess(tmp_path / "held", held)), rule_ids=[UNCORRECTED]).findings
@@ -172,12 +176,11 @@ def test_one_window_of_low_ess_is_a_burst_not_a_trend(tmp_path):
 def test_far_behind_one_window_of_low_ess_is_enough(tmp_path):
     """The same burst on samples ``fast_staleness`` versions old (the staleness collapses run at 5-8 by their
     ninth step, and two of them broke by the tenth): the first window under the bar warns."""
-    burst = [1.0, 1.0, 0.99, 0.98, 0.98, 0.99, 0.95, 0.96, 0.96, 0.97, 0.98, 0.92, 0.98, 0.98, 0.63, 0.76, 0.96,
-             0.97, 0.77, 1.0, 0.99, 0.96, 1.0, 0.93, 0.98]
     far = FAILURES[UNCORRECTED].thresholds["fast_staleness"]
-    (f,) = diagnose(rlobs.open_run(_with_ess(tmp_path / "far", burst, staleness=far)), rule_ids=[UNCORRECTED]).findings
+    far_rec = _with_ess(tmp_path / "far", SEED7_BURST, staleness=far)
+    (f,) = diagnose(rlobs.open_run(far_rec), rule_ids=[UNCORRECTED]).findings
     assert f.first_step == DATA["runs"][CONTROL]["steps"][18]["step"]
-    near = _with_ess(tmp_path / "near", burst, staleness=far - 1)
+    near = _with_ess(tmp_path / "near", SEED7_BURST, staleness=far - 1)
     assert not diagnose(rlobs.open_run(near), rule_ids=[UNCORRECTED]).findings
 
 
