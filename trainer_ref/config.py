@@ -37,6 +37,7 @@ class Config:
     task: str = field(default="", metadata={"help": "prompt stream (trainer_ref.task.TASKS): arith | echo; empty: the model's (arith for the tiny presets, echo for smollm2 or a folder)"})
     temperature: float = field(default=1.0, metadata={"help": "sampling temperature (same on both sides)"})
     chain_prob: float = field(default=0.15, metadata={"help": "share of long 'chain' prompts (long-tail lengths)"})
+    eval_chain_prob: float = field(default=-1.0, metadata={"help": "share of chain prompts in the held-out evaluation (negative: chain_prob); a training mix unlike the task's, judged on the task's own mix (reward-hacking experiments: --chain-prob 0.9 --eval-chain-prob 0.15)"})
     lr: float = field(default=0.0, metadata={"help": f"Adam learning rate; 0: the model's ({TINY_LR} for the tiny presets, {REAL_LR} for smollm2 or a folder)"})
     lr_peak: float = field(default=0.0, metadata={"help": "linear warm-up: the learning rate rises from lr at step 0 to this at lr_warmup_steps and stays (0: constant lr)"})
     lr_warmup_steps: int = field(default=0, metadata={"help": "steps of the linear warm-up to lr_peak"})

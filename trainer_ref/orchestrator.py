@@ -267,9 +267,10 @@ class Orchestrator:
         from trainer_ref.graders import grade_exact
 
         task = get_task(self.cfg.task)
+        chain_prob = self.cfg.chain_prob if self.cfg.eval_chain_prob < 0 else self.cfg.eval_chain_prob
         groups = []
         for i in range(n_prompts or self.cfg.eval_prompts):
-            p = task.problem(self.cfg.seed + EVAL_SEED_OFFSET, i, self.cfg.chain_prob)
+            p = task.problem(self.cfg.seed + EVAL_SEED_OFFSET, i, chain_prob)
             groups.append(Group(group_id=f"eval{self.step}-{i}", prompt_idx=-1 - i, prompt=p.prompt,
                                 answer=p.answer, n=4, seed=99_991 * (i + 1)))
         t0 = time.time()

@@ -29,9 +29,10 @@ is biased towards the policies that generated them, every step. With correction 
 truncation handles (``precursor-importance-truncation`` watches it). ``precursor-oversized-updates`` is a level
 too: ``min_steps`` of the last ``window`` steps' ``train_step.policy_kl`` (how far each optimiser step moved the
 policy, nats per token) over ``kl_above`` while the entropy over the same steps is under ``entropy_share_below`` of
-the run's first ``baseline`` steps and the reward has climbed ``reward_gain`` above them: an lr that is too high is too high from
-its first step, so there is no in-run baseline to drift from, and large steps on a policy that has not narrowed or
-learned are how an untrained policy moves. Thresholds
+the run's first ``baseline`` steps and the reward has climbed ``reward_gain`` above them (or held-out success
+``heldout_gain`` over its first evaluation): an lr that is too high is too high from its first step, so there is no
+in-run baseline to drift from, and large steps on a policy that has not narrowed or learned are how an untrained
+policy moves. Thresholds
 come from the failure table (``rlobs.failures``), chosen on the calibration runs of ``bench/early_warning.py``
 and reported on other seeds (README, "Early warning").
 """
@@ -83,6 +84,19 @@ def series(ctx: RunContext, name: str) -> Series:
     }[name]
     sql = (kind, f"SELECT step, {agg}({col}) FROM {kind} " + where.format(col=col))
     return _cap(ctx.memo(("precursor_series", name), lambda: _per_step(ctx, *sql)), ctx)
+
+
+# held-out success (exact-match on prompts the run never trains on): trainer_ref's evaluations, or the canonical name
+HELDOUT_SCALARS = ("rlobs/heldout_success", "eval_reward_mean")
+
+
+def heldout(ctx: RunContext) -> Series:
+    """Held-out success per evaluation step (scalar events named in ``HELDOUT_SCALARS``), capped like ``series``."""
+    f = ctx.step_filter()
+    names = ", ".join(f"'{n}'" for n in HELDOUT_SCALARS)
+    sql = (f"SELECT step, avg(value) FROM scalar WHERE name IN ({names}) AND step IS NOT NULL AND isfinite(value){f} "
+           "GROUP BY step ORDER BY step")
+    return _cap(ctx.memo(("precursor_series", "heldout"), lambda: _per_step(ctx, "scalar", sql)), ctx)
 
 
 def _reward_at(reward: Series, step: int, th: Mapping[str, float]) -> tuple[float | None, float | None]:
@@ -348,7 +362,8 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     the policy by more than ``kl_above`` nats per token (``train_step.policy_kl``: KL(before || after) on the step's
     re-scored samples; single large steps are the estimator's tail on a sharpened policy) while the policy has
     narrowed to under ``entropy_share_below`` of its early entropy and the training reward has climbed by
-    ``reward_gain`` (medians of the same steps against the medians of the first ``baseline`` steps). Large steps on an untrained policy are how it moves (and a run that never learned has
+    ``reward_gain`` (medians of the same steps against the medians of the first ``baseline`` steps) or its best
+    held-out evaluation so far is ``heldout_gain`` over the first (a training reward can hide learning). Large steps on an untrained policy are how it moves (and a run that never learned has
     nothing to lose: no-learning's business); large steps on a policy that has found its answers throw it off them.
     Quiet without ``policy_kl`` (insufficient data). Thresholds: the failure table (rlobs.failures)."""
     kl = series(ctx, "policy_kl")
@@ -366,6 +381,7 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     reward = dict(series(ctx, "reward"))
     r_early = [reward[s] for s, _ in kl[:k] if s in reward]
     r0 = statistics.median(r_early) if r_early else None
+    held = heldout(ctx)
     for i in range(max(w, k) - 1, len(kl)):
         last = kl[i - w + 1:i + 1]
         level = statistics.median(v for _, v in last)
@@ -378,18 +394,29 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
             continue
         rs = [reward[s] for s, _ in last if s in reward]
         gain = statistics.median(rs) - r0 if rs and r0 is not None else None
-        if gain is None or gain < th["reward_gain"]:
-            continue  # nothing learned yet to lose: a policy that never learned is no-learning's business
         step = kl[i][0]
+        evals = [v for s, v in held if s <= step]
+        h_gain = max(evals) - evals[0] if evals else None
+        learned = ((gain is not None and gain >= th["reward_gain"])
+                   or (h_gain is not None and h_gain >= th.get("heldout_gain", math.inf)))
+        if not learned:
+            continue  # nothing learned yet to lose: a policy that never learned is no-learning's business
         lr_now = dict(series(ctx, "lr")).get(step)
+        climbed = (f"training reward {gain:+.2f}" if gain is not None and gain >= th["reward_gain"]
+                   else f"held-out success {h_gain:+.2f}")
         ev = [Evidence("train_step.policy_kl", round(level, 6), th["kl_above"], (last[0][0], step),
                        f"median of the last {w} steps, {over} of them over {th['kl_above']:g}: nats per token each "
                        "update moves the policy (KL before || after, re-scored samples)"),
               Evidence("train_step.entropy (share of its early level)", round(share, 3), th["entropy_share_below"],
                        (last[0][0], step), f"median of the same steps / {e0:.4g}, the median of the first {k}"),
-              Evidence("train_step.reward_mean (gain over its early level)", round(gain, 4), th["reward_gain"],
-                       (last[0][0], step), f"median of the same steps - {r0:.4g}, the median of the first {k}: what "
-                       "the run has learned, and can lose"),
+              Evidence("train_step.reward_mean (gain over its early level)",
+                       round(gain, 4) if gain is not None else "n/a", th["reward_gain"], (last[0][0], step),
+                       f"median of the same steps - {r0:.4g}, the median of the first {k}: what the run has learned, "
+                       "and can lose" if r0 is not None else "no training reward in the record"),
+              Evidence("held-out success (best gain over the first evaluation)",
+                       round(h_gain, 4) if h_gain is not None else "n/a", th.get("heldout_gain"), None,
+                       f"best of {len(evals)} evaluations so far - the first: learning the training reward may not "
+                       "show (a noisy or shaped reward)" if evals else "no held-out evaluations in the record"),
               Evidence("expected time to impact", f"{th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps",
                        None, None, "held-out success or the training reward fell this many steps after the warning "
                        "in bench/early_warning.py's learning-rate runs")]
@@ -398,7 +425,7 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         return [Finding(
             rule=OVERSIZED, severity=Severity.WARNING,
             title=(f"early warning: {over} of the last {w} updates moved the policy > {th['kl_above']:g} nats/token "
-                   f"(median {level:.3g}) after the reward climbed {gain:+.2f}, its entropy down to {share:.0%}, by "
+                   f"(median {level:.3g}) after the run learned ({climbed}), its entropy down to {share:.0%}, by "
                    f"step {step}; a learning-rate collapse expected within {th['impact_steps_low']:g}-"
                    f"{th['impact_steps_high']:g} steps"),
             first_step=step, last_step=step, evidence=ev,
