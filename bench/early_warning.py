@@ -231,6 +231,7 @@ def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
             rec.close()
         steps = sorted(cols["reward"])
         drop, _why = drop_step(sorted(cols["reward"].items()), evals)
+        cols["heldout"] = dict(evals)
         out["runs"][e["name"]] = {
             "class": e["class"], "what": CLASSES[e["class"]][0] if e["class"] in CLASSES else
             e.get("what") or ("healthy (lr 3e-4)" if e["class"] == "healthy" else "exploratory: " + " ".join(e["args"])),

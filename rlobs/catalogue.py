@@ -314,6 +314,10 @@ METRICS: tuple[MetricSpec, ...] = (
        (), S("train_step", "set", "entropy", finite_only=True)),
     _m("rlobs_reference_kl", "gauge", "1", "Mean per-token KL to the reference policy (k3) on the last batch.",
        (), S("train_step", "set", "kl", finite_only=True)),
+    _m("rlobs_heldout_success", "gauge", "1",
+       "Held-out success of the last evaluation (exact match on prompts the run never trains on; trainer_ref's "
+       "scalar eval_reward_mean).", (),
+       S("scalar", "set", "value", where={"name": "eval_reward_mean"}, finite_only=True, absent_until_set=True)),
     _m("rlobs_policy_update_kl", "gauge", "1",
        "How far the last optimiser step moved the policy: KL(before || after) per token on the step's re-scored "
        "samples (k3; weighted by p_before / p_behaviour when an older policy sampled them).", (),

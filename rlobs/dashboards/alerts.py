@@ -493,6 +493,23 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                      th("precursor-importance-truncation"), th("precursor-kl-creep"), th("precursor-zero-std-rising"))
     u, o = th("precursor-uncorrected-off-policy"), th("precursor-oversized-updates")
     win = f"the last {recent} vs the {history} before"
+    on_run = f" and on ({GROUP[0]}) "  # held-out evaluations come from the driver, not the trainer component
+    oversized = (f"({_over_time('quantile_over_time', 'rlobs_policy_update_kl', recent, q=1 - o['min_steps'] / o['window'])}"
+                 f" > {o['kl_above']:g}){on}"
+                 f"({_median_now('rlobs_policy_entropy', recent)} < {o['entropy_share_below']:g} * "
+                 f"{_over_time('max_over_time', 'rlobs_policy_entropy', history, recent)})"
+                 # the quantile weighs scrapes, not updates: a gauge holds its last value when the trainer
+                 # stops or stalls, and one large last update would fill the window. The window must hold
+                 # min_steps updates (min_steps - 1 changes of the gauge), as the doctor's rule counts steps
+                 f"{on}({_over_time('changes', 'rlobs_policy_update_kl', recent)} >= {o['min_steps'] - 1:g})")
+    # the run has learned (as the doctor asks): its training reward climbed over its early level (the low decile of
+    # the hour before), or its held-out success over the lowest evaluation before
+    reward_climbed = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} >= "
+                      f"{_over_time('quantile_over_time', 'rlobs_reward_mean', history, recent, q=0.1)}"
+                      f" + {o['reward_gain']:g})")
+    heldout_climbed = (f"({_over_time('max_over_time', 'rlobs_heldout_success', recent)} >= "
+                       f"{_over_time('min_over_time', 'rlobs_heldout_success', history, recent)}"
+                       f" + {o['heldout_gain']:g})")
     out = (
         AlertRule(
             "precursor-grad-norm-drift", "warning",
@@ -580,24 +597,14 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
         # low decile of the hour before), as the doctor's rule compares with the run's first steps
         AlertRule(
             "precursor-oversized-updates", "warning",
-            running(f"({_over_time('quantile_over_time', 'rlobs_policy_update_kl', recent, q=1 - o['min_steps'] / o['window'])}"
-                    f" > {o['kl_above']:g}){on}"
-                    f"({_median_now('rlobs_policy_entropy', recent)} < {o['entropy_share_below']:g} * "
-                    f"{_over_time('max_over_time', 'rlobs_policy_entropy', history, recent)})"
-                    f"{on}({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} >= "
-                    f"{_over_time('quantile_over_time', 'rlobs_reward_mean', history, recent, q=0.1)}"
-                    f" + {o['reward_gain']:g})"
-                    # the quantile weighs scrapes, not updates: a gauge holds its last value when the trainer
-                    # stops or stalls, and one large last update would fill the window. The window must hold
-                    # min_steps updates (min_steps - 1 changes of the gauge), as the doctor's rule counts steps
-                    f"{on}({_over_time('changes', 'rlobs_policy_update_kl', recent)} >= {o['min_steps'] - 1:g})"),
+            running(f"({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed})"),
             f("precursor-oversized-updates"),
             "Early warning: oversized policy updates after the run learned, learning-rate collapse ahead ({{ $labels.run }})",
             "The optimiser steps of {{ $labels.component }} (run {{ $labels.run }}) move the policy {{ $value | "
             f"humanize }}}} nats per token or more in {o['min_steps'] / o['window']:.0%} of the last {recent} (over "
             f"{o['kl_above']:g}) while its entropy "
             f"is under {o['entropy_share_below']:.0%} of its level in the {history} before and the training reward has "
-            f"climbed by {o['reward_gain']:g}+: the learning rate is too high for a policy that has found its answers, "
+            f"climbed by {o['reward_gain']:g}+ (or held-out success by {o['heldout_gain']:g}+): the learning rate is too high for a policy that has found its answers, "
             "the precursor of a collapse (the reward fell "
             f"{o['impact_steps_low']:g}-{o['impact_steps_high']:g} steps later in the early-warning bench). Lower the "
             "learning rate or the warm-up peak; resume from a checkpoint before the warning.",

@@ -11,6 +11,8 @@ def emit_step(rec: Any, row: dict[str, Any], correction_cap: float | None = None
     rec.set_step(int(row["step"]))
     rec.emit("train_step", loss=0.0, grad_norm=row.get("grad_norm"), reward_mean=row.get("reward"),
              entropy=row.get("entropy"), kl=row.get("kl"), policy_kl=row.get("policy_kl"), lr=row.get("lr"))
+    if row.get("heldout") is not None:  # a held-out evaluation after this step (trainer_ref's driver emits it)
+        rec.emit("scalar", name="eval_reward_mean", value=row["heldout"], source="trainer_ref")
     if row.get("zero_std") is not None:
         rec.emit("advantage", groups=8, zero_std_groups=round(8 * row["zero_std"]), zero_std_ratio=row["zero_std"])
     if row.get("is_clipped") is not None or row.get("ess") is not None:

@@ -231,6 +231,30 @@ def test_large_steps_on_a_policy_that_has_not_narrowed_are_quiet(tmp_path):
         del DATA["runs"]["_blind"]
 
 
+HELDOUT_RUN = "lr-too-high-s5"  # learned held out (0.16 -> 0.42) while its training reward's median barely moved
+
+
+@pytest.mark.skipif(HELDOUT_RUN not in DATA["runs"], reason="no extracted run that learned held out only")
+def test_a_run_that_learned_held_out_only_still_has_something_to_lose(tmp_path):
+    """The real lr-too-high run whose training reward climbed under ``reward_gain`` while its held-out success
+    climbed more: warned through the held-out leg, ahead of its drop; without held-out evaluations (or with the
+    leg off) the same updates are quiet."""
+    run = DATA["runs"][HELDOUT_RUN]
+    th = FAILURES[OVERSIZED].thresholds
+    rec = rlobs.open_run(_record(tmp_path, HELDOUT_RUN))
+    (f,) = diagnose(rec, rule_ids=[OVERSIZED]).findings
+    assert f.first_step < run["drop_step"] and "held-out success +" in f.title
+    held = {e.metric: e for e in f.evidence}["held-out success (best gain over the first evaluation)"]
+    assert held.observed >= th["heldout_gain"] == held.threshold
+    off = diagnose(rec, rule_ids=[OVERSIZED], thresholds={OVERSIZED: {"heldout_gain": math.inf}})
+    assert not off.findings
+    DATA["runs"]["_no_evals"] = {**run, "steps": [{k: v for k, v in r.items() if k != "heldout"} for r in run["steps"]]}
+    try:
+        assert not diagnose(rlobs.open_run(_record(tmp_path, "_no_evals")), rule_ids=[OVERSIZED]).findings
+    finally:
+        del DATA["runs"]["_no_evals"]
+
+
 # ---------- the detector ----------
 def test_constant_and_noisy_flat_series_never_alarm():
     import random
