@@ -94,11 +94,13 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # fixed in advance
 # Eighth run (2 Dec 2026): precursor-oversized-updates got heldout_gain (the seventh run's miss lr-too-high seed 5
 # learned held out, not in its training reward); frozen before lr-too-high seeds 20-29, lr-warmup seeds 14-17,
-# healthy sync seeds 12-21 and healthy async seeds 6-9 were trained (their number fixed in advance)
+# healthy sync seeds 12-21 and healthy async seeds 6-9 were trained (their number fixed in advance);
+# precursor-grad-norm-drift min_effect 5 -> 9 (its two warnings, both on runs that did not collapse), frozen before
+# staleness-no-is-lag4 seeds 13-22 were trained
 HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 30)),
                                              "lr-warmup-too-high": (10, 11, 12, 13, 14, 15, 16, 17),
                                              "staleness-no-is": tuple(range(10, 26)),
-                                             "staleness-no-is-lag4": tuple(range(3, 13))}
+                                             "staleness-no-is-lag4": tuple(range(3, 23))}
 HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 22))}
 HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 10))}
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every

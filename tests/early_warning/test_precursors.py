@@ -303,6 +303,7 @@ def test_bad_parameters_are_refused():
 
 LONG = json.loads((Path(__file__).with_name("data") / "healthy_long_runs.json").read_text())
 OLD_WINDOW = {"window": 3, "baseline": 4, "lag": 3}  # the fast-drift window before the sixth calibration pass
+OLD_EFFECT = {"precursor-grad-norm-drift": {"min_effect": 5.0}}  # and the grad-norm effect of that time (6x, not 10x)
 
 
 def _long_record(tmp_path: Path, name: str) -> Path:
@@ -324,5 +325,5 @@ def test_long_healthy_runs_with_natural_bursts_get_no_early_warning(tmp_path):
         run_dir = _long_record(tmp_path, name)
         report = diagnose(rlobs.open_run(run_dir), rule_ids=list(PRECURSOR_IDS))
         assert not report.findings, f"{name}: {[(f.rule, f.first_step) for f in report.findings]}"
-        old = diagnose(rlobs.open_run(run_dir), rule_ids=fast, thresholds={p: OLD_WINDOW for p in fast})
+        old = diagnose(rlobs.open_run(run_dir), rule_ids=fast, thresholds={p: {**OLD_WINDOW, **OLD_EFFECT.get(p, {})} for p in fast})
         assert old.findings, f"{name}: the old window was quiet too; the record no longer probes the edge"
