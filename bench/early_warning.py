@@ -54,10 +54,24 @@ CLASSES: dict[str, tuple[str, list[str]]] = {
     "staleness-no-is-lag4": ("separate_async, importance correction off, max staleness 4, lr 3e-4 (the healthy lr): "
                              "collapses on some seeds, learns on others",
                              ["--mode", "separate_async", "--lr", "3e-4", "--tis-cap", "0", "--max-staleness", "4"]),
+    "reward-hacking": ("a flawed grader ('verbose': unchecked shown work earns reward) on a chain-heavy prompt mix (90 %), "
+                       "lr 7e-4; held-out success on the task's own mix (15 % chains)",
+                       [*SYNC, "--grader", "verbose", "--chain-prob", "0.9", "--eval-chain-prob", "0.15", "--lr", "7e-4"]),
+    "reward-hacking-control": ("the same prompts and lr with the honest grader ('rule'): what the loophole adds",
+                               [*SYNC, "--grader", "rule", "--chain-prob", "0.9", "--eval-chain-prob", "0.15",
+                                "--lr", "7e-4"]),
 }
 # classes whose setting collapses on some seeds and learns on others: a run of theirs that does not collapse is
 # scored as a healthy run (a warning on it counts against the rules)
-MIXED = ("staleness-no-is-lag4",)
+MIXED = ("staleness-no-is-lag4", "reward-hacking-control")
+# 2 Dec 2026, eighth run: reward hacking. The verbose grader at lr 1e-3 (and the chain-heavy mix the loophole needs)
+# collapsed held-out success with the honest grader too (seed 0: 0.52 -> 0.28 by step 15); at lr 3e-4 / 5e-4 the
+# loophole was learned (training reward +0.6) without costing held-out success in 60-80 steps. At lr 7e-4 seed 0 the
+# training reward saturated at ~1.0 by step 25 and held-out success fell 0.52 -> 0.24 by step 40, while the honest
+# grader's run learned to 0.60 at step 40 and fell only by step 55. Seeds 0-1 of both were looked at (exploratory:
+# calibration); the rules were not changed for them. Seeds fixed before training: 2-9 (hacking), 2-7 (control)
+CLASS_SEEDS: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {
+    "reward-hacking": ((0, 1), tuple(range(2, 10))), "reward-hacking-control": ((0, 1), tuple(range(2, 8)))}
 MIXED_CALIBRATION_SEEDS = (0, 1, 2)  # their held-out seeds are all in HELDOUT_EXTRA
 # 2 Dec 2026, seventh run: staleness-no-is-lag4 was tried on seeds 0-2 (exploratory, the healthy lr at twice the
 # controls' lag; seed 1 collapsed at step 10, 0 and 2 learned) with the fast_staleness change frozen; 3-12 held out
@@ -112,14 +126,15 @@ HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
     keys = ("mode", "lr", "lr_peak", "lr_warmup_steps", "temperature", "kl_coef", "tis_cap", "max_staleness", "grader",
-            "steps", "seed")
+            "chain_prob", "eval_chain_prob", "steps", "seed")
     return [x for k in keys if k in cfg for x in (f"--{k.replace('_', '-')}", str(cfg[k]))]
 
 
 def matrix(classes: list[str] | None = None) -> list[dict]:
     out = []
     for cls in classes or list(CLASSES):
-        cal, held = (MIXED_CALIBRATION_SEEDS, ()) if cls in MIXED else (CALIBRATION_SEEDS, HELDOUT_SEEDS)
+        cal, held = CLASS_SEEDS.get(cls) or ((MIXED_CALIBRATION_SEEDS, ()) if cls in MIXED
+                                             else (CALIBRATION_SEEDS, HELDOUT_SEEDS))
         for split, seeds in (("calibration", cal), ("heldout", held + HELDOUT_EXTRA.get(cls, ()))):
             out += [{"name": f"{cls}-s{s}", "class": cls, "split": split, "seed": s, "args": CLASSES[cls][1]}
                     for s in seeds]
