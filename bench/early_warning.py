@@ -212,6 +212,8 @@ def judge(run_dir: Path) -> dict:
         report = diagnose(rec, rule_ids=list(PRECURSOR_IDS))
         whole = {f.rule: f.first_step for f in report.findings}
         findings = [{"rule": f.rule, "step": f.first_step, "title": f.title} for f in report.findings]
+        # the oversized-updates finding names a grader loophole (its training reward far above held-out success)
+        loophole = any(e.metric == "training reward over held-out success" for f in report.findings for e in f.evidence)
     finally:
         rec.close()
     warned = {k: v for k, v in first.items() if v is not None}
@@ -221,7 +223,7 @@ def judge(run_dir: Path) -> dict:
             "drop_step": drop, "drop_why": why, "first_warning": warn,
             "first_rule": min(warned, key=lambda k: (warned[k], k)) if warned else None, "per_rule": first,
             "whole_record_first_step": whole, "replay_equals_whole_record": all(whole.get(k) == v for k, v in first.items()),
-            "findings": findings, "replay_seconds": round(replay_s, 3)}
+            "findings": findings, "names_loophole": loophole, "replay_seconds": round(replay_s, 3)}
 
 
 def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:

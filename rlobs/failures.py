@@ -162,7 +162,10 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     # on three lr-too-high collapses. Frozen before lr-too-high seeds 20-29 and healthy seeds 12-21 were trained
     _f("precursor-oversized-updates", "warning", "1m",
        thresholds={"window": 5, "min_steps": 4, "baseline": 5, "kl_above": 0.015, "entropy_share_below": 0.8,
-                   "reward_gain": 0.15, "heldout_gain": 0.15, "impact_steps_low": 6, "impact_steps_high": 32}),
+                   "reward_gain": 0.15, "heldout_gain": 0.15, "impact_steps_low": 6, "impact_steps_high": 32,
+                   # annotation only (the finding names a grader loophole when the training reward is this far
+                   # above the last held-out evaluation; the rule-graded runs of the bench sit within 0.1 of it)
+                   "hacking_gap": 0.3}),
 )}
 
 

@@ -422,6 +422,13 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                        "in bench/early_warning.py's learning-rate runs")]
         if lr_now is not None:
             ev.insert(2, Evidence("train_step.lr", lr_now, None, None, "the learning rate at the warning"))
+        gap = statistics.median(rs) - evals[-1] if rs and evals else None
+        hacking = gap is not None and gap >= th.get("hacking_gap", math.inf)
+        if hacking:  # an annotation, not a condition: what the steps throw the policy towards
+            ev.insert(-1, Evidence("training reward over held-out success", round(gap, 4), th["hacking_gap"], None,
+                                   f"median training reward of the same steps - the last held-out evaluation "
+                                   f"({evals[-1]:.3g}): the reward pays for something held-out success does not "
+                                   "measure (a grader loophole: reward hacking)"))
         return [Finding(
             rule=OVERSIZED, severity=Severity.WARNING,
             title=(f"early warning: {over} of the last {w} updates moved the policy > {th['kl_above']:g} nats/token "
@@ -431,9 +438,15 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
             first_step=step, last_step=step, evidence=ev,
             root_cause=("the learning rate (or a warm-up peak) is too high for this model: every optimiser step "
                         "moves the policy far, and once it has narrowed onto one answer form such steps throw it "
-                        "off the answers it found (the training reward plateaus, then held-out success falls)"),
+                        "off the answers it found (the training reward plateaus, then held-out success falls)"
+                        + ("; the training reward far above held-out success says what they are thrown towards: "
+                           "the grader rewards something that is not success (reward hacking), and the large "
+                           "steps learn the loophole fast" if hacking else "")),
             confidence=0.6,
-            remediation=["lower the learning rate (e.g. /3) or the warm-up peak, and resume from a checkpoint "
+            remediation=[*(["audit the grader on the run's own samples (rlobs app: the rollouts the reward pays "
+                            "for and held-out success fails), fix the loophole, resume from a checkpoint before the "
+                            "warning"] if hacking else []),
+                         "lower the learning rate (e.g. /3) or the warm-up peak, and resume from a checkpoint "
                          "before the warning",
                          "keep each update small: per-token policy KL per step around 1e-3 is where the "
                          "healthy runs of the bench sit (PPO's target_kl / early stopping bounds the same number)",
