@@ -255,6 +255,26 @@ def test_a_run_that_learned_held_out_only_still_has_something_to_lose(tmp_path):
         del DATA["runs"]["_no_evals"]
 
 
+HACK_RUN = "reward-hacking-s0"  # the verbose grader's loophole on a chain-heavy mix at lr 7e-4
+
+
+@pytest.mark.skipif(HACK_RUN not in DATA["runs"], reason="no extracted reward-hacking run")
+def test_oversized_updates_on_a_loophole_name_the_grader(tmp_path):
+    """The real reward-hacking run: warned ahead of its held-out drop, and since its training reward sits far above
+    held-out success the finding says so and puts auditing the grader first. A learning-rate collapse whose held-out
+    success keeps up with its training reward (lr-too-high seed 5) gets no such line."""
+    run = DATA["runs"][HACK_RUN]
+    (f,) = diagnose(rlobs.open_run(_record(tmp_path, HACK_RUN)), rule_ids=[OVERSIZED]).findings
+    assert f.first_step < run["drop_step"]
+    gap = {e.metric: e for e in f.evidence}["training reward over held-out success"]
+    assert gap.observed >= FAILURES[OVERSIZED].thresholds["hacking_gap"] == gap.threshold
+    assert "reward hacking" in f.root_cause and f.remediation[0].startswith("audit the grader")
+    if HELDOUT_RUN in DATA["runs"]:
+        (g,) = diagnose(rlobs.open_run(_record(tmp_path, HELDOUT_RUN)), rule_ids=[OVERSIZED]).findings
+        assert "training reward over held-out success" not in {e.metric for e in g.evidence}
+        assert "reward hacking" not in g.root_cause and g.remediation[0].startswith("lower the learning rate")
+
+
 # ---------- the detector ----------
 def test_constant_and_noisy_flat_series_never_alarm():
     import random
