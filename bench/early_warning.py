@@ -194,6 +194,20 @@ def drop_step(reward: list[tuple[int, float]], evals: list[tuple[int, float]]) -
     return first, why
 
 
+REL_SHARE, REL_MIN_BEST = 1 / 3, 0.12  # the relative leg (pre-registered 2 Dec 2026, before the eighth run was scored)
+
+
+def relative_drop(evals: list[tuple[int, float]]) -> int | None:
+    """A second definition, reported beside the first: held-out success down to ``REL_SHARE`` of its best so far
+    (a best of at least ``REL_MIN_BEST``). A run that starts low (0.15) and falls to ~0 never loses 0.15 absolute."""
+    best = None
+    for s, v in evals:
+        if best is not None and best >= REL_MIN_BEST and v <= best * REL_SHARE:
+            return s
+        best = v if best is None else max(best, v)
+    return None
+
+
 def judge(run_dir: Path) -> dict:
     from rlobs.doctor import diagnose
     from rlobs.doctor.context import RunContext
@@ -219,7 +233,9 @@ def judge(run_dir: Path) -> dict:
     warned = {k: v for k, v in first.items() if v is not None}
     warn = min(warned.values()) if warned else None
     drop, why = drop_step(reward, evals)
-    return {"steps": len(reward), "reward": [round(v, 4) for _, v in reward], "evals": evals,
+    rel = relative_drop(evals)
+    return {"drop_step_either": min(x for x in (drop, rel) if x is not None) if (drop, rel) != (None, None) else None,
+            "steps": len(reward), "reward": [round(v, 4) for _, v in reward], "evals": evals,
             "drop_step": drop, "drop_why": why, "first_warning": warn,
             "first_rule": min(warned, key=lambda k: (warned[k], k)) if warned else None, "per_rule": first,
             "whole_record_first_step": whole, "replay_equals_whole_record": all(whole.get(k) == v for k, v in first.items()),
@@ -261,7 +277,10 @@ def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
     print(f"wrote {path} ({len(out['runs'])} runs)")
 
 
-def summarise(rows: list[dict]) -> dict:
+def summarise(rows: list[dict], key: str = "drop_step") -> dict:
+    """Per split and class; ``key``: which drop definition (``drop_step``, or ``drop_step_either`` with the
+    relative leg)."""
+    rows = [{**r, "drop_step": r.get(key)} for r in rows]
     out: dict = {}
     for split in ("calibration", "heldout", "all"):
         sel = [{**r, "class": "healthy"} if r["class"] in MIXED and r["drop_step"] is None else r
@@ -308,6 +327,12 @@ def markdown(res: dict) -> str:
                 f"{s['healthy_runs']}, with a warning: {len(s['healthy_with_warning'])} "
                 f"({', '.join(s['healthy_with_warning']) or 'none'}; {s['healthy_warnings']} warnings in all).")
         lines += ["", tail, ""]
+        if "summary_with_relative_drop" in res:
+            e = res["summary_with_relative_drop"][split]
+            per = "; ".join(f"{cls} {c['warned_early']}/{c['collapsed']}" for cls, c in e["classes"].items())
+            lines += [f"With the relative leg too (held-out success at or under {REL_SHARE:.2g} of a best of "
+                      f"{REL_MIN_BEST}+): warned ahead / collapsed: {per}; median lead {e['median_lead_all']}; "
+                      f"healthy with a warning: {len(e['healthy_with_warning'])} of {e['healthy_runs']}.", ""]
     lines += ["## Runs (split exploratory: settings tried on one seed, listed apart and never counted)", "", "| run | split | drop step (why) | first warning (rule) | lead |", "|---|---|---|---|---|"]
     for r in res["runs"]:
         lead = (r["drop_step"] - r["first_warning"]) if r["drop_step"] is not None and r["first_warning"] is not None else "-"
@@ -362,6 +387,8 @@ def main() -> None:
 
     res = {"drop": DROP, "smooth": SMOOTH, "steps": args.steps, "classes": {k: v[0] for k, v in CLASSES.items()},
            "healthy": "lr 3e-4 sync (bench/trainer_learning.py settings)", "runs": rows, "summary": summarise(rows),
+           "summary_with_relative_drop": summarise(rows, "drop_step_either"),
+           "relative_drop": {"share_of_best": REL_SHARE, "min_best": REL_MIN_BEST},
            "thresholds": {k: dict(f.thresholds) for k, f in FAILURES.items() if k.startswith("precursor-")}}
     Path(args.out + ".json").write_text(json.dumps(res, indent=1))
     Path(args.out + ".md").write_text(markdown(res))
