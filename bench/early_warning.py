@@ -132,12 +132,17 @@ def _flags(run_dir: Path) -> list[str]:
 
 def matrix(classes: list[str] | None = None) -> list[dict]:
     out = []
-    for cls in classes or list(CLASSES):
+    unknown = set(classes or ()) - set(CLASSES) - {"healthy"}
+    if unknown:
+        raise SystemExit(f"unknown class(es) {', '.join(sorted(unknown))}; valid: {', '.join([*CLASSES, 'healthy'])}")
+    for cls in [c for c in classes or CLASSES if c != "healthy"]:
         cal, held = CLASS_SEEDS.get(cls) or ((MIXED_CALIBRATION_SEEDS, ()) if cls in MIXED
                                              else (CALIBRATION_SEEDS, HELDOUT_SEEDS))
         for split, seeds in (("calibration", cal), ("heldout", held + HELDOUT_EXTRA.get(cls, ()))):
             out += [{"name": f"{cls}-s{s}", "class": cls, "split": split, "seed": s, "args": CLASSES[cls][1]}
                     for s in seeds]
+    if classes and "healthy" not in classes:
+        return out  # --classes names collapse classes only: no healthy runs with them
     for split, seeds in HEALTHY_SEEDS.items():
         out += [{"name": f"healthy-s{s}", "class": "healthy", "split": split, "seed": s, "args": HEALTHY}
                 for s in seeds]
@@ -347,7 +352,7 @@ def main() -> None:
     ap.add_argument("--expect", default="", help="extract: RUN=RULE[+RULE] pairs (the live alerts the test expects)")
     ap.add_argument("--runs", default="/tmp/rlobs-early-warning", help="where the run records go")
     ap.add_argument("--only", default="", help="comma-separated run names (default: the whole matrix)")
-    ap.add_argument("--classes", default="", help="comma-separated classes (default: all)")
+    ap.add_argument("--classes", default="", help="comma-separated classes, 'healthy' for the healthy runs (default: all)")
     ap.add_argument("--steps", type=int, default=STEPS)
     ap.add_argument("--extra", default="", help="eval: comma-separated exploratory runs to judge and list apart "
                                                 "(settings tried and left out of the matrix; never counted)")
