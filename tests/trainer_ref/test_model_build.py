@@ -46,3 +46,29 @@ def test_packed_examples_run_on_without_eos_and_answer_a_different_problem() -> 
     # the same rng seed gives the same packs (a build is reproducible)
     rng2 = random.Random(spec.seed + 31337)
     assert [sft_problems(spec, s, rng2) for s in range(20)] == batches
+
+
+def test_two_builds_on_an_empty_cache_keep_the_first_published_folder(tmp_path) -> None:
+    """Two processes that start on an empty cache both build; the one that finishes second must not delete the
+    folder the first published (its process may be loading it): it drops its own copy instead."""
+    from trainer_ref.model_build import _publish, build_tiny_arch
+
+    out = build_tiny_arch("llama", out_dir=tmp_path / "m")
+    first = (out / "model.safetensors").read_bytes()
+    late = tmp_path / "m.tmp999"
+    late.mkdir()
+    (late / "model.safetensors").write_bytes(b"a later build")
+    assert _publish(late, out) == out
+    assert (out / "model.safetensors").read_bytes() == first and not late.exists()
+    # a forced rebuild replaces it; an incomplete leftover (no weights) is replaced too
+    forced = tmp_path / "m.tmp1000"
+    forced.mkdir()
+    (forced / "model.safetensors").write_bytes(b"forced")
+    _publish(forced, out, force=True)
+    assert (out / "model.safetensors").read_bytes() == b"forced"
+    (out / "model.safetensors").unlink()
+    fresh = tmp_path / "m.tmp1001"
+    fresh.mkdir()
+    (fresh / "model.safetensors").write_bytes(b"fresh")
+    _publish(fresh, out)
+    assert (out / "model.safetensors").read_bytes() == b"fresh"
