@@ -110,7 +110,9 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # learned held out, not in its training reward); frozen before lr-too-high seeds 20-29, lr-warmup seeds 14-17,
 # healthy sync seeds 12-21 and healthy async seeds 6-9 were trained (their number fixed in advance);
 # precursor-grad-norm-drift min_effect 5 -> 9 (its two warnings, both on runs that did not collapse), frozen before
-# staleness-no-is-lag4 seeds 13-22 were trained
+# staleness-no-is-lag4 seeds 13-22 were trained. Its records were lost with /tmp in a machine reset before they were
+# scored into bench/results; the same runs were trained again on a rebuilt tiny-packed and scored once with
+# `eval --only <the 56 runs> --out bench/results/early_warning_run8` (README "Early warning")
 HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 30)),
                                              "lr-warmup-too-high": (10, 11, 12, 13, 14, 15, 16, 17),
                                              "staleness-no-is": tuple(range(10, 26)),
