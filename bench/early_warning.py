@@ -215,6 +215,31 @@ def relative_drop(evals: list[tuple[int, float]]) -> int | None:
     return None
 
 
+# A candidate reward-hacking detector, reported per run and never counted as a warning (no doctor rule reads it):
+# the training reward climbed DIV_GAIN+ over its first SMOOTH steps while held-out success gained at most DIV_SHARE
+# of that, at DIV_EVALS evaluations running. Its idea (0.3, a third, two evaluations) was written down after the first,
+# lost attempt at the eighth run and before these records were trained; the averaging below was fixed on 2 Dec 2026
+DIV_GAIN, DIV_SHARE, DIV_EVALS = 0.3, 1 / 3, 2
+
+
+def divergence_step(reward: list[tuple[int, float]], evals: list[tuple[int, float]]) -> int | None:
+    """First evaluation step at which the training reward's climb has left held-out success behind (see above):
+    the mean of the ``SMOOTH`` training steps up to the evaluation against the mean of the first ``SMOOTH``, the
+    evaluation against the first one."""
+    if len(reward) < SMOOTH or not evals:
+        return None
+    base = statistics.fmean(v for _, v in reward[:SMOOTH])
+    first_eval = evals[0][1]
+    running = 0
+    for s, v in evals[1:]:
+        recent = [r for t, r in reward if t <= s][-SMOOTH:]
+        gain = statistics.fmean(recent) - base if len(recent) == SMOOTH else 0.0
+        running = running + 1 if gain >= DIV_GAIN and v - first_eval <= DIV_SHARE * gain else 0
+        if running >= DIV_EVALS:
+            return s
+    return None
+
+
 def judge(run_dir: Path) -> dict:
     from rlobs.doctor import diagnose
     from rlobs.doctor.context import RunContext
@@ -246,7 +271,8 @@ def judge(run_dir: Path) -> dict:
             "drop_step": drop, "drop_why": why, "first_warning": warn,
             "first_rule": min(warned, key=lambda k: (warned[k], k)) if warned else None, "per_rule": first,
             "whole_record_first_step": whole, "replay_equals_whole_record": all(whole.get(k) == v for k, v in first.items()),
-            "findings": findings, "names_loophole": loophole, "replay_seconds": round(replay_s, 3)}
+            "findings": findings, "names_loophole": loophole, "divergence_step": divergence_step(reward, evals),
+            "replay_seconds": round(replay_s, 3)}
 
 
 def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
@@ -337,6 +363,11 @@ def markdown(res: dict) -> str:
         if "summary_with_relative_drop" in res:
             e = res["summary_with_relative_drop"][split]
             per = "; ".join(f"{cls} {c['warned_early']}/{c['collapsed']}" for cls, c in e["classes"].items())
+            div = [f"{r['name']} ({r['divergence_step']})" for r in res["runs"] if r.get("divergence_step") is not None
+                   and r["split"] == split]
+            lines += [f"Reward-hacking candidate (training reward +{DIV_GAIN}, held-out success at most {DIV_SHARE:.2g} of "
+                      f"that gain, {DIV_EVALS} evaluations running; reported, not a warning): "
+                      f"{', '.join(div) or 'none'}.", ""]
             lines += [f"With the relative leg too (held-out success at or under {REL_SHARE:.2g} of a best of "
                       f"{REL_MIN_BEST}+): warned ahead / collapsed: {per}; median lead {e['median_lead_all']}; "
                       f"healthy with a warning: {len(e['healthy_with_warning'])} of {e['healthy_runs']}.", ""]
