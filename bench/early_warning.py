@@ -243,15 +243,14 @@ def divergence_step(reward: list[tuple[int, float]], evals: list[tuple[int, floa
 def judge(run_dir: Path) -> dict:
     from rlobs.doctor import diagnose
     from rlobs.doctor.context import RunContext
-    from rlobs.doctor.rules.precursors import PRECURSOR_IDS, replay, series
+    from rlobs.doctor.rules.precursors import PRECURSOR_IDS, heldout, replay, series
     from rlobs.store import open_run
 
     rec = open_run(run_dir)
     try:
         ctx = RunContext(rec)
         reward = series(ctx, "reward")
-        evals = [(int(s), float(v)) for s, v in rec.sql(
-            "SELECT step, avg(value) FROM scalar WHERE name = 'eval_reward_mean' GROUP BY step ORDER BY step").fetchall()]
+        evals = [(int(s), float(v)) for s, v in heldout(ctx)]  # the same held-out series the rules read
         t0 = time.perf_counter()
         first = replay(ctx)
         replay_s = time.perf_counter() - t0
@@ -266,7 +265,7 @@ def judge(run_dir: Path) -> dict:
     warn = min(warned.values()) if warned else None
     drop, why = drop_step(reward, evals)
     rel = relative_drop(evals)
-    return {"drop_step_either": min(x for x in (drop, rel) if x is not None) if (drop, rel) != (None, None) else None,
+    return {"drop_step_either": min((x for x in (drop, rel) if x is not None), default=None),
             "steps": len(reward), "reward": [round(v, 4) for _, v in reward], "evals": evals,
             "drop_step": drop, "drop_why": why, "first_warning": warn,
             "first_rule": min(warned, key=lambda k: (warned[k], k)) if warned else None, "per_rule": first,
@@ -279,7 +278,7 @@ def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
     """The per-step signals of finished runs -> tests/early_warning/data/collapse_runs.json (the live-alert test
     replays them into a real Prometheus). Runs already in the file and not named here are kept."""
     from rlobs.doctor.context import RunContext
-    from rlobs.doctor.rules.precursors import correction_cap, series
+    from rlobs.doctor.rules.precursors import correction_cap, heldout, series
     from rlobs.store import open_run
 
     path = ROOT / "tests/early_warning/data/collapse_runs.json"
@@ -293,8 +292,7 @@ def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
             cols = {k: dict(series(ctx, k)) for k in ("reward", "grad_norm", "entropy", "kl", "zero_std", "is_clipped",
                                                       "ess", "staleness", "policy_kl", "lr")}
             cap = correction_cap(ctx)
-            evals = [(int(s), float(v)) for s, v in rec.sql(
-                "SELECT step, avg(value) FROM scalar WHERE name = 'eval_reward_mean' GROUP BY step ORDER BY step").fetchall()]
+            evals = [(int(s), float(v)) for s, v in heldout(ctx)]
         finally:
             rec.close()
         steps = sorted(cols["reward"])
@@ -360,14 +358,13 @@ def markdown(res: dict) -> str:
                 f"{s['healthy_runs']}, with a warning: {len(s['healthy_with_warning'])} "
                 f"({', '.join(s['healthy_with_warning']) or 'none'}; {s['healthy_warnings']} warnings in all).")
         lines += ["", tail, ""]
+        div = [f"{r['name']} ({r['divergence_step']})" for r in res["runs"] if r.get("divergence_step") is not None
+               and r["split"] == split]
+        lines += [f"Reward-hacking candidate (training reward +{DIV_GAIN}, held-out success at most {DIV_SHARE:.2g} of "
+                  f"that gain, {DIV_EVALS} evaluations running; reported, not a warning): {', '.join(div) or 'none'}.", ""]
         if "summary_with_relative_drop" in res:
             e = res["summary_with_relative_drop"][split]
             per = "; ".join(f"{cls} {c['warned_early']}/{c['collapsed']}" for cls, c in e["classes"].items())
-            div = [f"{r['name']} ({r['divergence_step']})" for r in res["runs"] if r.get("divergence_step") is not None
-                   and r["split"] == split]
-            lines += [f"Reward-hacking candidate (training reward +{DIV_GAIN}, held-out success at most {DIV_SHARE:.2g} of "
-                      f"that gain, {DIV_EVALS} evaluations running; reported, not a warning): "
-                      f"{', '.join(div) or 'none'}.", ""]
             lines += [f"With the relative leg too (held-out success at or under {REL_SHARE:.2g} of a best of "
                       f"{REL_MIN_BEST}+): warned ahead / collapsed: {per}; median lead {e['median_lead_all']}; "
                       f"healthy with a warning: {len(e['healthy_with_warning'])} of {e['healthy_runs']}.", ""]

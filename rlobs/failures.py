@@ -159,7 +159,9 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     # The seventh run's miss lr-too-high seed 5 (now seen) climbed 0.16 -> 0.42 held out while its training reward's
     # 5-step median rose 0.12 over a baseline already climbing at step 1; on every record of the matrix so far (the
     # 50+ healthy runs included) the held-out leg adds no warning on a run without a drop, and warns 2-8 steps earlier
-    # on three lr-too-high collapses. Frozen before lr-too-high seeds 20-29 and healthy seeds 12-21 were trained
+    # on three lr-too-high collapses. Frozen before lr-too-high seeds 20-29 and healthy seeds 12-21 were trained.
+    # Scored on them (bench/results/early_warning_run8): it won lr-too-high seed 25 (12 instead of 30, drop at 20),
+    # and it alone warned on two runs without a drop (the honest-grader control at lr 7e-4, seeds 6 and 7): not met
     _f("precursor-oversized-updates", "warning", "1m",
        thresholds={"window": 5, "min_steps": 4, "baseline": 5, "kl_above": 0.015, "entropy_share_below": 0.8,
                    "reward_gain": 0.15, "heldout_gain": 0.15, "impact_steps_low": 6, "impact_steps_high": 32,

@@ -397,13 +397,11 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         step = kl[i][0]
         evals = [v for s, v in held if s <= step]
         h_gain = max(evals) - evals[0] if evals else None
-        learned = ((gain is not None and gain >= th["reward_gain"])
-                   or (h_gain is not None and h_gain >= th.get("heldout_gain", math.inf)))
-        if not learned:
+        by_reward = gain is not None and gain >= th["reward_gain"]
+        if not (by_reward or (h_gain is not None and h_gain >= th.get("heldout_gain", math.inf))):
             continue  # nothing learned yet to lose: a policy that never learned is no-learning's business
         lr_now = dict(series(ctx, "lr")).get(step)
-        climbed = (f"training reward {gain:+.2f}" if gain is not None and gain >= th["reward_gain"]
-                   else f"held-out success {h_gain:+.2f}")
+        climbed = f"training reward {gain:+.2f}" if by_reward else f"held-out success {h_gain:+.2f}"
         ev = [Evidence("train_step.policy_kl", round(level, 6), th["kl_above"], (last[0][0], step),
                        f"median of the last {w} steps, {over} of them over {th['kl_above']:g}: nats per token each "
                        "update moves the policy (KL before || after, re-scored samples)"),
