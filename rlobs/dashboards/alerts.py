@@ -492,6 +492,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
     g, e, i, k, z = (th("precursor-grad-norm-drift"), th("precursor-entropy-decline"),
                      th("precursor-importance-truncation"), th("precursor-kl-creep"), th("precursor-zero-std-rising"))
     u, o = th("precursor-uncorrected-off-policy"), th("precursor-oversized-updates")
+    h = th("precursor-reward-hacking")
     win = f"the last {recent} vs the {history} before"
     on_run = f" and on ({GROUP[0]}) "  # held-out evaluations come from the driver, not the trainer component
     oversized = (f"({_over_time('quantile_over_time', 'rlobs_policy_update_kl', recent, q=1 - o['min_steps'] / o['window'])}"
@@ -510,6 +511,17 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
     heldout_climbed = (f"({_over_time('max_over_time', 'rlobs_heldout_success', recent)} >= "
                        f"{_over_time('min_over_time', 'rlobs_heldout_success', history, recent)}"
                        f" + {o['heldout_gain']:g})")
+    # reward hacking: the training reward's mean over the recent window above its early level (the low decile of the
+    # hour before) by reward_gain, and the last held-out evaluation above the lowest of the hour before by at most
+    # heldout_share of that gain. Held-out success comes from the driver, not the trainer: one reading per run,
+    # matched to the trainer's series on the run (group_left keeps the trainer's labels). The doctor asks two
+    # evaluations running; here `for` holds it (an evaluation every few minutes of a real run)
+    reward_gain = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} - "
+                   f"{_over_time('quantile_over_time', 'rlobs_reward_mean', history, recent, q=0.1)})")
+    heldout_gain = (f"max by ({GROUP[0]}) ({_over_time('last_over_time', 'rlobs_heldout_success', recent)} - "
+                    f"{_over_time('min_over_time', 'rlobs_heldout_success', history, recent)})")
+    hacking = (f"({reward_gain} >= {h['reward_gain']:g}) and "
+               f"({reward_gain} - on ({GROUP[0]}) group_left {heldout_gain} / {h['heldout_share']:.6g} >= 0)")
     out = (
         AlertRule(
             "precursor-grad-norm-drift", "warning",
@@ -611,6 +623,18 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             PromtoolCase((("rlobs_policy_update_kl", {}, "0.001+0.0000001x70 0.1+0.0000001x20"),
                           ("rlobs_policy_entropy", {}, "1x70 0.5x20"),
                           ("rlobs_reward_mean", {}, "0.2x70 0.6x20")), "100m", not_yet_min=70, firing_min=88)),
+        AlertRule(
+            "precursor-reward-hacking", "warning", running(hacking),
+            f("precursor-reward-hacking"),
+            "Early warning: training reward climbing away from held-out success, reward hacking ({{ $labels.run }})",
+            "The training reward of run {{ $labels.run }} has climbed {{ $value | humanize }} over the last "
+            f"{recent} against its early level in the {history} before ({h['reward_gain']:g}+), while its held-out "
+            f"success (an exact check on prompts it never trains on) gained at most {h['heldout_share']:.0%} of that: "
+            "the grader pays for something that is not success (a loophole), the precursor of held-out success "
+            "falling. Audit the grader on the run's own samples, fix it, resume from a checkpoint before the warning.",
+            PromtoolCase((("rlobs_reward_mean", {}, "0.2x70 0.2+0.05x10 0.7x10"),
+                          ("rlobs_heldout_success", {"component": "driver"}, "0.3x90")), "500m",
+                         not_yet_min=70, firing_min=88)),
     )
     return out
 

@@ -16,6 +16,7 @@ step to measure it, and ``tests/early_warning/test_precursors.py`` checks the tw
 | precursor-zero-std-rising | share of zero-std groups rising while the reward is low | learning stops (no gradient signal) | raise temperature / group size, filter solved or unsolvable prompts |
 | precursor-uncorrected-off-policy | effective sample size of the importance ratios low while the loss applies no correction | off-policy divergence (held-out success falls) | turn truncated IS on, tighten max staleness |
 | precursor-oversized-updates | each update moves the policy far (KL before/after the step) while its entropy has narrowed | learning-rate collapse (reward plateaus, held-out success falls) | lower the learning rate / warm-up peak |
+| precursor-reward-hacking | training reward climbing while held-out success does not follow | reward hacking: the grader pays for a loophole, held-out success falls | audit and fix the grader, resume from before the warning |
 
 Learning is not a precursor: a healthy run's entropy falls and its solved groups turn zero-std as its reward
 climbs. The entropy and zero-std rules therefore stay silent while the training reward is above its early
@@ -453,7 +454,78 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     return []
 
 
-PRECURSOR_IDS: tuple[str, ...] = (*PRECURSORS, UNCORRECTED, OVERSIZED)
+HACKING = "precursor-reward-hacking"
+
+
+@rule(HACKING, concern="early_warning", title="Early warning: reward hacking (training reward leaving held-out success behind)",
+      needs=("train_step",), thresholds={})
+def reward_hacking(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Early warning of reward hacking: the training reward has climbed ``reward_gain`` (the mean of the last
+    ``smooth`` steps against the mean of the first ``smooth``) while held-out success (exact-match on prompts the run
+    never trains on) gained at most ``heldout_share`` of that over its first evaluation, at ``min_evals`` held-out
+    evaluations running. A run that learns gains held out what it gains in training (the bench's honest-grader runs
+    follow it within a third); a reward that climbs alone pays for something that is not success, and once the
+    policy has narrowed onto the loophole held-out success falls. Quiet without held-out evaluations (insufficient
+    data). Thresholds: the failure table (rlobs.failures)."""
+    reward = series(ctx, "reward")
+    held = heldout(ctx)
+    n, need = int(th["smooth"]), int(th["min_evals"])
+    if not held:
+        return Insufficient("no held-out evaluations (scalar rlobs/heldout_success or eval_reward_mean): without "
+                            "them a training reward that climbs cannot be told from one that pays for a loophole")
+    if len(reward) < n or len(held) < need + 1:
+        return Insufficient(f"{len(reward)} steps with a training reward and {len(held)} held-out evaluations; "
+                            f"the rule needs {n} and {need + 1}")
+    base = statistics.fmean(v for _, v in reward[:n])
+    first_step, first = held[0]
+    run: list[tuple[int, float, float]] = []
+    for s, v in held[1:]:
+        recent = [r for t, r in reward if t <= s][-n:]
+        gain = statistics.fmean(recent) - base if len(recent) == n else 0.0
+        if gain >= th["reward_gain"] and v - first <= th["heldout_share"] * gain:
+            run.append((s, gain, v))
+        else:
+            run = []
+        if len(run) < need:
+            continue
+        step, gain, v = run[-1]
+        first_warned = run[0][0]
+        impact = (f"{th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"
+                  if "impact_steps_low" in th else "not measured yet")
+        return [Finding(
+            rule=HACKING, severity=Severity.WARNING,
+            title=(f"early warning: the training reward climbed {gain:+.2f} by step {step} while held-out success "
+                   f"moved {v - first:+.2f} ({first:.2f} -> {v:.2f}), {len(run)} evaluations running: the reward pays "
+                   f"for something held-out success does not measure (reward hacking); held-out success falls next"),
+            first_step=step, last_step=step,
+            evidence=[Evidence("train_step.reward_mean (gain over its early level)", round(gain, 4), th["reward_gain"],
+                               (reward[0][0], step), f"mean of the {n} steps up to step {step} - "
+                               f"{base:.4g}, the mean of the first {n}"),
+                      Evidence("held-out success (gain over the first evaluation)", round(v - first, 4),
+                               round(th["heldout_share"] * gain, 4), (first_step, step),
+                               f"{first:.3g} at step {first_step} -> {v:.3g} at step {step}; the bar is "
+                               f"{th['heldout_share']:.2g} of the training reward's gain"),
+                      Evidence("evaluations running", len(run), need, (first_warned, step),
+                               "consecutive held-out evaluations with the training reward this far ahead"),
+                      Evidence("expected time to impact", impact, None, None,
+                               "held-out success fell this many steps after the warning in bench/early_warning.py's "
+                               "reward-hacking runs (a flawed grader); in most the loophole costs held-out success "
+                               "slowly: the warning is the finding")],
+            root_cause=("the grader rewards something that is not success (a loophole: a format, shown work that is "
+                        "never checked, a length) and the policy has learned it: the training reward keeps climbing "
+                        "while held-out success, graded by an exact check, does not follow; every further step "
+                        "trains the loophole"),
+            confidence=0.6,
+            remediation=["audit the grader on the run's own samples: the rollouts the reward pays for that an exact "
+                         "check fails (rlobs app: the run's rollouts beside their rewards); fix the loophole and resume from a checkpoint before the warning",
+                         "keep a held-out evaluation graded by an exact check in every run (trainer_ref: --eval-every)",
+                         "until fixed: lower the learning rate or stop; the longer it trains, the more the policy "
+                         "narrows onto the loophole"],
+        )]
+    return []
+
+
+PRECURSOR_IDS: tuple[str, ...] = (*PRECURSORS, UNCORRECTED, OVERSIZED, HACKING)
 
 
 def replay(ctx: RunContext, rule_ids: Sequence[str] | None = None,
