@@ -122,7 +122,9 @@ HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 30))
                                              "staleness-no-is-lag4": tuple(range(3, 23)),
                                              "reward-hacking": tuple(range(10, 20)),
                                              "reward-hacking-control": tuple(range(8, 14))}
-HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 22))}
+# healthy seeds 22-27 (ninth run, 60 steps like its reward-hacking runs): added while those were training, before any
+# of the ninth run was scored
+HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 28))}
 HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 10))}
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are
@@ -220,29 +222,9 @@ def relative_drop(evals: list[tuple[int, float]]) -> int | None:
     return None
 
 
-# A candidate reward-hacking detector, reported per run and never counted as a warning (no doctor rule reads it):
-# the training reward climbed DIV_GAIN+ over its first SMOOTH steps while held-out success gained at most DIV_SHARE
-# of that, at DIV_EVALS evaluations running. Its idea (0.3, a third, two evaluations) was written down after the first,
-# lost attempt at the eighth run and before these records were trained; the averaging below was fixed on 2 Dec 2026
-DIV_GAIN, DIV_SHARE, DIV_EVALS = 0.3, 1 / 3, 2
-
-
-def divergence_step(reward: list[tuple[int, float]], evals: list[tuple[int, float]]) -> int | None:
-    """First evaluation step at which the training reward's climb has left held-out success behind (see above):
-    the mean of the ``SMOOTH`` training steps up to the evaluation against the mean of the first ``SMOOTH``, the
-    evaluation against the first one."""
-    if len(reward) < SMOOTH or not evals:
-        return None
-    base = statistics.fmean(v for _, v in reward[:SMOOTH])
-    first_eval = evals[0][1]
-    running = 0
-    for s, v in evals[1:]:
-        recent = [r for t, r in reward if t <= s][-SMOOTH:]
-        gain = statistics.fmean(recent) - base if len(recent) == SMOOTH else 0.0
-        running = running + 1 if gain >= DIV_GAIN and v - first_eval <= DIV_SHARE * gain else 0
-        if running >= DIV_EVALS:
-            return s
-    return None
+# The reward-hacking divergence (training reward +0.3 while held-out success gains at most a third of it) was a
+# candidate here, reported and counted nowhere, in the eighth run; since the ninth it is the doctor rule
+# precursor-reward-hacking with the same numbers, counted like every other precursor
 
 
 def judge(run_dir: Path) -> dict:
@@ -275,7 +257,7 @@ def judge(run_dir: Path) -> dict:
             "drop_step": drop, "drop_why": why, "first_warning": warn,
             "first_rule": min(warned, key=lambda k: (warned[k], k)) if warned else None, "per_rule": first,
             "whole_record_first_step": whole, "replay_equals_whole_record": all(whole.get(k) == v for k, v in first.items()),
-            "findings": findings, "names_loophole": loophole, "divergence_step": divergence_step(reward, evals),
+            "findings": findings, "names_loophole": loophole,
             "replay_seconds": round(replay_s, 3)}
 
 
@@ -352,7 +334,7 @@ def markdown(res: dict) -> str:
     for split in ("calibration", "heldout"):
         s = res["summary"][split]
         head = ("| class | runs | collapsed | warned before the drop | detection | leads (steps) | median lead | "
-                "warned, no drop in 40 steps |")
+                f"warned, no drop in {res.get('steps', STEPS)} steps |")
         lines += [f"## {split} split", "", head, "|---|---|---|---|---|---|---|---|"]
         for cls, c in s["classes"].items():
             det = f"{c['detection_rate']:.0%}" if c["detection_rate"] is not None else "n/a"
@@ -363,10 +345,6 @@ def markdown(res: dict) -> str:
                 f"{s['healthy_runs']}, with a warning: {len(s['healthy_with_warning'])} "
                 f"({', '.join(s['healthy_with_warning']) or 'none'}; {s['healthy_warnings']} warnings in all).")
         lines += ["", tail, ""]
-        div = [f"{r['name']} ({r['divergence_step']})" for r in res["runs"] if r.get("divergence_step") is not None
-               and r["split"] == split]
-        lines += [f"Reward-hacking candidate (training reward +{DIV_GAIN}, held-out success at most {DIV_SHARE:.2g} of "
-                  f"that gain, {DIV_EVALS} evaluations running; reported, not a warning): {', '.join(div) or 'none'}.", ""]
         if "summary_with_relative_drop" in res:
             e = res["summary_with_relative_drop"][split]
             per = "; ".join(f"{cls} {c['warned_early']}/{c['collapsed']}" for cls, c in e["classes"].items())

@@ -478,7 +478,7 @@ def _reward_not_climbing(recent: str, history: str, gain: float) -> str:
 
 def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                     history: str = PRECURSOR_WINDOWS["history"]) -> tuple[AlertRule, ...]:
-    """The seven precursor alerts. ``recent``/``history``: the committed rules use the defaults (a run whose steps
+    """The eight precursor alerts. ``recent``/``history``: the committed rules use the defaults (a run whose steps
     take tens of seconds or more); a test that replays a recorded run faster scales them (and their ``for``)."""
     from rlobs.failures import failure
 
@@ -630,9 +630,8 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             "The training reward of run {{ $labels.run }} has climbed {{ $value | humanize }} over the last "
             f"{recent} against its early level in the {history} before ({h['reward_gain']:g}+), while its held-out "
             f"success (an exact check on prompts it never trains on) gained at most {h['heldout_share']:.0%} of that: "
-            "the grader pays for something that is not success (a loophole), the precursor of held-out success "
-            "falling. Audit the grader on the run's own samples, fix it, resume from a checkpoint before the warning.",
-            PromtoolCase((("rlobs_reward_mean", {}, "0.2x70 0.2+0.05x10 0.7x10"),
+            "the grader pays for something that is not success (a loophole) and every further step trains it. Audit the grader on the run's own samples, fix it, resume from a checkpoint before the warning.",
+            PromtoolCase((("rlobs_reward_mean", {}, "0.2x70 0.7x20"),
                           ("rlobs_heldout_success", {"component": "driver"}, "0.3x90")), "500m",
                          not_yet_min=70, firing_min=88)),
     )

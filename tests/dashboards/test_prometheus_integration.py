@@ -45,7 +45,7 @@ NOT_LIVE = {"heartbeat-lost", "process-down", "no-progress", "grader-slow", "tra
             # trainer_ref collapse runs into a real Prometheus (windows scaled) and raises each of them
             "precursor-grad-norm-drift", "precursor-entropy-decline", "precursor-importance-truncation",
             "precursor-kl-creep", "precursor-zero-std-rising", "precursor-uncorrected-off-policy",
-            "precursor-oversized-updates"}
+            "precursor-oversized-updates", "precursor-reward-hacking"}
 WAIT_S = 75.0
 PANEL_VARS = {"component": ".*", "__rate_interval": "1m"}
 

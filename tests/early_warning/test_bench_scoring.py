@@ -41,16 +41,3 @@ def test_summary_counts_a_mixed_class_run_without_a_drop_as_healthy():
     assert s["classes"]["reward-hacking-control"]["leads"] == [10]
     either = ew.summarise(rows, "drop_step_either")["heldout"]
     assert either["healthy_that_dropped"] == ["h-s0"]
-
-
-def test_divergence_candidate_needs_the_training_reward_to_leave_held_out_success_behind_twice():
-    climb = [(s, 0.3 + min(s, 20) * 0.03) for s in range(40)]  # 0.3 -> 0.9 by step 20: +0.6
-    stuck = [(0, 0.2), (5, 0.22), (10, 0.25), (15, 0.28), (20, 0.3), (25, 0.3)]
-    # step 15: the steps 11-15 average 0.69 against 0.36 for steps 0-4 (+0.33), held-out +0.08 <= 0.11: one;
-    # step 20: +0.48, held-out +0.10 <= 0.16: two running (step 10, +0.18, was under the bar)
-    assert ew.divergence_step(climb, stuck) == 20
-    learning = [(0, 0.2), (5, 0.35), (10, 0.45), (15, 0.6), (20, 0.7), (25, 0.75)]
-    assert ew.divergence_step(climb, learning) is None  # held-out success kept up with the training reward
-    one_off = [(0, 0.2), (5, 0.22), (10, 0.25), (15, 0.6), (20, 0.3), (25, 0.7)]
-    assert ew.divergence_step(climb, one_off) is None  # never two evaluations running
-    assert ew.divergence_step([(s, 0.4) for s in range(40)], stuck) is None  # no climb, nothing to leave behind

@@ -19,7 +19,7 @@ from rlobs.detect import DriftDetector, drifts, theil_sen
 from rlobs.doctor import diagnose
 from rlobs.doctor.context import RunContext
 from rlobs.doctor.model import Insufficient
-from rlobs.doctor.rules.precursors import OVERSIZED, PRECURSOR_IDS, PRECURSORS, UNCORRECTED, replay
+from rlobs.doctor.rules.precursors import HACKING, OVERSIZED, PRECURSOR_IDS, PRECURSORS, UNCORRECTED, replay
 from rlobs.failures import FAILURES
 
 from .replay import emit_step
@@ -56,7 +56,7 @@ def test_a_real_collapse_run_gets_its_early_warning(tmp_path, name):
         assert f.severity.name == "WARNING" and f.first_step is not None
         names = {e.metric for e in f.evidence}
         assert "expected time to impact" in names
-        assert fid in (UNCORRECTED, OVERSIZED) or "slope per step (Theil-Sen, last steps)" in names  # levels: no slope
+        assert fid in (UNCORRECTED, OVERSIZED, HACKING) or "slope per step (Theil-Sen, last steps)" in names  # levels: no slope
         assert f.remediation and f.root_cause and "early warning" in f.title
         assert f.runbook.endswith(f"{fid}.md")
     assert report.exit_code == 1  # warnings, not critical: nothing has broken yet
@@ -273,6 +273,53 @@ def test_oversized_updates_on_a_loophole_name_the_grader(tmp_path):
         (g,) = diagnose(rlobs.open_run(_record(tmp_path, HELDOUT_RUN)), rule_ids=[OVERSIZED]).findings
         assert "training reward over held-out success" not in {e.metric for e in g.evidence}
         assert "reward hacking" not in g.root_cause and g.remediation[0].startswith("lower the learning rate")
+
+
+# ---------- reward hacking: the training reward leaving held-out success behind ----------
+def _reward_run(tmp_path: Path, name: str, reward: list[tuple[int, float]], evals: list[tuple[int, float]]):
+    d = tmp_path / name
+    rec = rlobs.init(d, component="trainer", rank=0, run_id=name, prometheus=False, set_global=False)
+    held = dict(evals)
+    for s, r in reward:
+        emit_step(rec, {"step": s, "reward": r, "heldout": held.get(s)})
+    rec.close()
+    return rlobs.open_run(d)
+
+
+CLIMB = [(s, 0.3 + min(s, 20) * 0.03) for s in range(40)]  # 0.3 -> 0.9 by step 20: +0.6
+
+
+def test_reward_hacking_needs_the_reward_to_leave_held_out_success_behind_twice(tmp_path):
+    stuck = [(0, 0.2), (5, 0.22), (10, 0.25), (15, 0.28), (20, 0.3), (25, 0.3)]
+    # step 15: steps 11-15 average 0.69 against 0.36 for steps 0-4 (+0.33), held-out +0.08 <= 0.11: one running;
+    # step 20: +0.48, held-out +0.10 <= 0.16: two (step 10, +0.18, was under the reward bar)
+    rec = _reward_run(tmp_path, "stuck", CLIMB, stuck)
+    (f,) = diagnose(rec, rule_ids=[HACKING]).findings
+    assert f.first_step == 20 and f.rule == HACKING and "reward hacking" in f.title
+    ev = {e.metric: e for e in f.evidence}
+    gain = ev["train_step.reward_mean (gain over its early level)"]
+    assert gain.observed == pytest.approx(0.48, abs=0.005) and gain.threshold == 0.3
+    held = ev["held-out success (gain over the first evaluation)"]
+    assert held.observed == pytest.approx(0.10) and held.threshold == pytest.approx(0.16, abs=0.005)
+    assert ev["evaluations running"].observed == 2 and "expected time to impact" in ev
+    assert f.remediation[0].startswith("audit the grader") and f.runbook.endswith(f"{HACKING}.md")
+    assert replay(RunContext(rec), rule_ids=[HACKING]) == {HACKING: 20}  # the same step as the record grew
+
+
+@pytest.mark.parametrize("label,reward,evals", [
+    ("held-out success kept up", CLIMB, [(0, 0.2), (5, 0.35), (10, 0.45), (15, 0.6), (20, 0.7), (25, 0.75)]),
+    ("one evaluation behind, then caught up", CLIMB, [(0, 0.2), (5, 0.22), (10, 0.25), (15, 0.6), (20, 0.3),
+                                                      (25, 0.7)]),
+    ("no climb to leave anything behind", [(s, 0.4) for s in range(40)], [(0, 0.2), (5, 0.22), (10, 0.25),
+                                                                          (15, 0.28), (20, 0.3), (25, 0.3)]),
+])
+def test_reward_hacking_is_quiet_when_held_out_success_follows(tmp_path, label, reward, evals):
+    assert not diagnose(_reward_run(tmp_path, "r", reward, evals), rule_ids=[HACKING]).findings, label
+
+
+def test_reward_hacking_without_held_out_evaluations_is_insufficient_data(tmp_path):
+    report = diagnose(_reward_run(tmp_path, "noeval", CLIMB, []), rule_ids=[HACKING])
+    assert not report.findings and "held-out evaluations" in report.insufficient[HACKING]
 
 
 # ---------- the detector ----------

@@ -465,7 +465,7 @@ def reward_hacking(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     never trains on) gained at most ``heldout_share`` of that over its first evaluation, at ``min_evals`` held-out
     evaluations running. A run that learns gains held out what it gains in training (the bench's honest-grader runs
     follow it within a third); a reward that climbs alone pays for something that is not success, and once the
-    policy has narrowed onto the loophole held-out success falls. Quiet without held-out evaluations (insufficient
+    policy has narrowed onto the loophole held-out success stalls or falls. Quiet without held-out evaluations (insufficient
     data). Thresholds: the failure table (rlobs.failures)."""
     reward = series(ctx, "reward")
     held = heldout(ctx)
@@ -490,13 +490,11 @@ def reward_hacking(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
             continue
         step, gain, v = run[-1]
         first_warned = run[0][0]
-        impact = (f"{th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"
-                  if "impact_steps_low" in th else "not measured yet")
         return [Finding(
             rule=HACKING, severity=Severity.WARNING,
             title=(f"early warning: the training reward climbed {gain:+.2f} by step {step} while held-out success "
                    f"moved {v - first:+.2f} ({first:.2f} -> {v:.2f}), {len(run)} evaluations running: the reward pays "
-                   f"for something held-out success does not measure (reward hacking); held-out success falls next"),
+                   f"for something held-out success does not measure (reward hacking)"),
             first_step=step, last_step=step,
             evidence=[Evidence("train_step.reward_mean (gain over its early level)", round(gain, 4), th["reward_gain"],
                                (reward[0][0], step), f"mean of the {n} steps up to step {step} - "
@@ -507,10 +505,10 @@ def reward_hacking(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                                f"{th['heldout_share']:.2g} of the training reward's gain"),
                       Evidence("evaluations running", len(run), need, (first_warned, step),
                                "consecutive held-out evaluations with the training reward this far ahead"),
-                      Evidence("expected time to impact", impact, None, None,
-                               "held-out success fell this many steps after the warning in bench/early_warning.py's "
-                               "reward-hacking runs (a flawed grader); in most the loophole costs held-out success "
-                               "slowly: the warning is the finding")],
+                      Evidence("expected time to impact", "under way: every further step trains the loophole",
+                               None, None, "in bench/early_warning.py's reward-hacking runs (a flawed grader) held-out "
+                               "success mostly stalls instead of falling, and where it fell the fall did not follow "
+                               "this warning by a measurable lead: the warning is the finding, not a forecast")],
             root_cause=("the grader rewards something that is not success (a loophole: a format, shown work that is "
                         "never checked, a length) and the policy has learned it: the training reward keeps climbing "
                         "while held-out success, graded by an exact check, does not follow; every further step "
