@@ -113,6 +113,10 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # staleness-no-is-lag4 seeds 13-22 were trained. Its records were lost with /tmp in a machine reset before they were
 # scored into bench/results; the same runs were trained again on a rebuilt tiny-packed and scored once with
 # `eval --only <the 56 runs> --out bench/results/early_warning_run8` (README "Early warning")
+# Tenth run (2 Dec 2026): trainer_ref audits every training sample with an exact check (--audit-grader, on by
+# default) and precursor-reward-hacking got an audit leg, chosen on seeds 0-1 of both reward-hacking classes and
+# healthy sync / async seed 0 re-trained with the audit; frozen before reward-hacking seeds 20-27, control 14-17,
+# healthy sync 28-31 and healthy async 10-11 were trained (40 steps), their number fixed in advance
 # Ninth run (2 Dec 2026): the divergence candidate became a rule (precursor-reward-hacking, its numbers unchanged),
 # frozen before reward-hacking seeds 10-19 and control seeds 8-13 were trained, at 60 steps (`run --steps 60`: in 40
 # steps 1 of 8 hacking runs fell held out, the divergence came at steps 20-30), their number fixed in advance
@@ -120,12 +124,12 @@ HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 30))
                                              "lr-warmup-too-high": (10, 11, 12, 13, 14, 15, 16, 17),
                                              "staleness-no-is": tuple(range(10, 26)),
                                              "staleness-no-is-lag4": tuple(range(3, 23)),
-                                             "reward-hacking": tuple(range(10, 20)),
-                                             "reward-hacking-control": tuple(range(8, 14))}
+                                             "reward-hacking": tuple(range(10, 20)) + tuple(range(20, 28)),
+                                             "reward-hacking-control": tuple(range(8, 14)) + tuple(range(14, 18))}
 # healthy seeds 22-27 (ninth run, 60 steps like its reward-hacking runs): added while those were training, before any
 # of the ninth run was scored
-HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 28))}
-HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 10))}
+HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 32))}
+HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 12))}
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are
 # new (0-11 had been seen, 9-11 warned in the fifth run)

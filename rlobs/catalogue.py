@@ -318,6 +318,11 @@ METRICS: tuple[MetricSpec, ...] = (
        "Held-out success of the last evaluation (exact match on prompts the run never trains on; trainer_ref's "
        "scalar eval_reward_mean).", (),
        S("scalar", "set", "value", where={"name": "eval_reward_mean"}, finite_only=True, absent_until_set=True)),
+    _m("rlobs_grader_audit_gap", "gauge", "1",
+       "The training reward's excess over an audit grader (an exact check) on the same training samples, last "
+       "graded batch (trainer_ref's scalar grader_audit_gap): a shaped reward's partial credit shrinks as the "
+       "policy learns, a loophole's grows.", (),
+       S("scalar", "set", "value", where={"name": "grader_audit_gap"}, finite_only=True, absent_until_set=True)),
     _m("rlobs_policy_update_kl", "gauge", "1",
        "How far the last optimiser step moved the policy: KL(before || after) per token on the step's re-scored "
        "samples (k3; weighted by p_before / p_behaviour when an older policy sampled them).", (),

@@ -13,6 +13,7 @@ from typing import Any
 
 MODES = ("sync", "colocate_async", "separate_async")
 GRADERS = ("exact", "rule", "code", "judge", "verbose")  # verbose: a flawed grader with a loophole (reward hacking)
+AUDIT_GRADERS = ("exact", "rule", "verbose")  # in-process, cheap: the audit re-grades every training sample
 INTERRUPT = ("resume", "abort", "wait")
 # the tiny presets were built (and tuned) at 1e-3; a 135M model needs far less (2e-5 learns faster and
 # saturates the echo task within 4 steps of 2 groups, which the doctor rightly flags as zero-std groups)
@@ -53,6 +54,7 @@ class Config:
     queue_capacity: int = field(default=32, metadata={"help": "bound of each queue between components, in groups"})
     interrupt: str = field(default="resume", metadata={"help": "on weight update: resume | abort | wait (in-flight requests)"})
     grader: str = field(default="rule", metadata={"help": "exact | rule | code | judge | verbose (a loophole: rewards unchecked shown work; reward-hacking experiments)"})
+    audit_grader: str = field(default="exact", metadata={"help": "re-grade every graded training sample with this grader too (exact | rule | verbose; empty: off) and record the training reward's excess over it per step (scalar grader_audit_gap): an exact check beside a shaped or flawed reward shows a loophole on the samples themselves (reward hacking, issue 18)"})
     grader_placement: str = field(default="pool", metadata={"help": "pool (separate Ray actors) | colocated (in the generator)"})
     grader_workers: int = field(default=2, metadata={"help": "grader actors in the pool"})
     grader_timeout_s: float = field(default=5.0, metadata={"help": "per-call grader timeout"})
@@ -78,7 +80,8 @@ class Config:
         for name, value, valid in (("mode", self.mode, MODES), ("grader", self.grader, GRADERS),
                                    ("interrupt", self.interrupt, INTERRUPT),
                                    ("staleness_basis", self.staleness_basis, ("dispatch", "completion")),
-                                   ("grader_placement", self.grader_placement, ("pool", "colocated"))):
+                                   ("grader_placement", self.grader_placement, ("pool", "colocated")),
+                                   ("audit_grader", self.audit_grader, ("", *AUDIT_GRADERS))):
             if value not in valid:
                 raise ValueError(f"{name}={value!r}; valid: {', '.join(valid)}")
         from trainer_ref.task import default_task, get_task

@@ -113,6 +113,21 @@ class Orchestrator:
         with telemetry.probe().grader.waiting():
             return ray.get(ref)
 
+    def audit(self, samples: list[Any]) -> None:
+        """The training reward's excess over the audit grader (``cfg.audit_grader``: an exact check by default) on
+        the same samples, one scalar per graded batch at the step in progress: a shaped reward's partial credit
+        shrinks as the policy learns; a loophole's grows (reward hacking). Never fails the run."""
+        from trainer_ref.graders import GRADERS
+
+        fn = GRADERS.get(self.cfg.audit_grader or "")
+        if fn is None or not samples:
+            return
+        try:
+            gap = sum(s.reward - fn(s.to_dict()) for s in samples) / len(samples)
+        except Exception:  # noqa: BLE001 - telemetry never breaks training
+            return
+        telemetry.on_scalar("grader_audit_gap", gap, step=self.step)
+
     def attach_rewards(self, groups: list[Group], results: list[dict[str, Any]]) -> list[Group]:
         """Rewards onto the samples; a failed grading drops its sample, a group left with fewer than two
         graded samples is dropped (GRPO needs two)."""
@@ -135,6 +150,7 @@ class Orchestrator:
                 kept.append(g.with_samples(ok))
             else:
                 self.admission.drop(g, "grader_error", ok)
+        self.audit([s for g in kept for s in g.samples])
         return kept
 
     # ----- consumption, training, sync -------------------------------------------------------

@@ -91,13 +91,26 @@ def series(ctx: RunContext, name: str) -> Series:
 HELDOUT_SCALARS = ("rlobs/heldout_success", "eval_reward_mean")
 
 
+# the training reward's excess over an audit grader on the same samples (trainer_ref: --audit-grader, exact by default)
+AUDIT_SCALARS = ("rlobs/grader_audit_gap", "grader_audit_gap")
+
+
+def _scalars(ctx: RunContext, key: str, names: tuple[str, ...]) -> Series:
+    f = ctx.step_filter()
+    quoted = ", ".join(f"'{n}'" for n in names)
+    sql = (f"SELECT step, avg(value) FROM scalar WHERE name IN ({quoted}) AND step IS NOT NULL AND isfinite(value){f} "
+           "GROUP BY step ORDER BY step")
+    return _cap(ctx.memo(("precursor_series", key), lambda: _per_step(ctx, "scalar", sql)), ctx)
+
+
 def heldout(ctx: RunContext) -> Series:
     """Held-out success per evaluation step (scalar events named in ``HELDOUT_SCALARS``), capped like ``series``."""
-    f = ctx.step_filter()
-    names = ", ".join(f"'{n}'" for n in HELDOUT_SCALARS)
-    sql = (f"SELECT step, avg(value) FROM scalar WHERE name IN ({names}) AND step IS NOT NULL AND isfinite(value){f} "
-           "GROUP BY step ORDER BY step")
-    return _cap(ctx.memo(("precursor_series", "heldout"), lambda: _per_step(ctx, "scalar", sql)), ctx)
+    return _scalars(ctx, "heldout", HELDOUT_SCALARS)
+
+
+def audit_gap(ctx: RunContext) -> Series:
+    """The training reward minus an audit grader's reward on the same samples, per step (``AUDIT_SCALARS``)."""
+    return _scalars(ctx, "audit_gap", AUDIT_SCALARS)
 
 
 def _reward_at(reward: Series, step: int, th: Mapping[str, float]) -> tuple[float | None, float | None]:
@@ -457,70 +470,115 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
 HACKING = "precursor-reward-hacking"
 
 
-@rule(HACKING, concern="early_warning", title="Early warning: reward hacking (training reward leaving held-out success behind)",
-      needs=("train_step",), thresholds={})
-def reward_hacking(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
-    """Early warning of reward hacking: the training reward has climbed ``reward_gain`` (the mean of the last
-    ``smooth`` steps against the mean of the first ``smooth``) while held-out success (exact-match on prompts the run
-    never trains on) gained at most ``heldout_share`` of that over its first evaluation, at ``min_evals`` held-out
-    evaluations running. A run that learns gains held out what it gains in training (the bench's honest-grader runs
-    follow it within a third); a reward that climbs alone pays for something that is not success, and once the
-    policy has narrowed onto the loophole held-out success stalls or falls. Quiet without held-out evaluations (insufficient
-    data). Thresholds: the failure table (rlobs.failures)."""
-    reward = series(ctx, "reward")
-    held = heldout(ctx)
+def _divergence(reward: Series, held: Series, th: Mapping[str, float]) -> tuple[int, list[Evidence], str] | None:
+    """The held-out leg: first evaluation at which the training reward's climb has left held-out success behind
+    ``min_evals`` evaluations running (see ``reward_hacking``)."""
     n, need = int(th["smooth"]), int(th["min_evals"])
-    if not held:
-        return Insufficient("no held-out evaluations (scalar rlobs/heldout_success or eval_reward_mean): without "
-                            "them a training reward that climbs cannot be told from one that pays for a loophole")
     if len(reward) < n or len(held) < need + 1:
-        return Insufficient(f"{len(reward)} steps with a training reward and {len(held)} held-out evaluations; "
-                            f"the rule needs {n} and {need + 1}")
+        return None
     base = statistics.fmean(v for _, v in reward[:n])
     first_step, first = held[0]
     run: list[tuple[int, float, float]] = []
     for s, v in held[1:]:
         recent = [r for t, r in reward if t <= s][-n:]
         gain = statistics.fmean(recent) - base if len(recent) == n else 0.0
-        if gain >= th["reward_gain"] and v - first <= th["heldout_share"] * gain:
-            run.append((s, gain, v))
-        else:
-            run = []
+        run = [*run, (s, gain, v)] if gain >= th["reward_gain"] and v - first <= th["heldout_share"] * gain else []
         if len(run) < need:
             continue
         step, gain, v = run[-1]
-        first_warned = run[0][0]
-        return [Finding(
-            rule=HACKING, severity=Severity.WARNING,
-            title=(f"early warning: the training reward climbed {gain:+.2f} by step {step} while held-out success "
-                   f"moved {v - first:+.2f} ({first:.2f} -> {v:.2f}), {len(run)} evaluations running: the reward pays "
-                   f"for something held-out success does not measure (reward hacking)"),
-            first_step=step, last_step=step,
-            evidence=[Evidence("train_step.reward_mean (gain over its early level)", round(gain, 4), th["reward_gain"],
-                               (reward[0][0], step), f"mean of the {n} steps up to step {step} - "
-                               f"{base:.4g}, the mean of the first {n}"),
-                      Evidence("held-out success (gain over the first evaluation)", round(v - first, 4),
-                               round(th["heldout_share"] * gain, 4), (first_step, step),
-                               f"{first:.3g} at step {first_step} -> {v:.3g} at step {step}; the bar is "
-                               f"{th['heldout_share']:.2g} of the training reward's gain"),
-                      Evidence("evaluations running", len(run), need, (first_warned, step),
-                               "consecutive held-out evaluations with the training reward this far ahead"),
-                      Evidence("expected time to impact", "under way: every further step trains the loophole",
-                               None, None, "in bench/early_warning.py's reward-hacking runs (a flawed grader) held-out "
-                               "success mostly stalls instead of falling, and where it fell the fall did not follow "
-                               "this warning by a measurable lead: the warning is the finding, not a forecast")],
-            root_cause=("the grader rewards something that is not success (a loophole: a format, shown work that is "
-                        "never checked, a length) and the policy has learned it: the training reward keeps climbing "
-                        "while held-out success, graded by an exact check, does not follow; every further step "
-                        "trains the loophole"),
-            confidence=0.6,
-            remediation=["audit the grader on the run's own samples: the rollouts the reward pays for that an exact "
-                         "check fails (rlobs app: the run's rollouts beside their rewards); fix the loophole and resume from a checkpoint before the warning",
-                         "keep a held-out evaluation graded by an exact check in every run (trainer_ref: --eval-every)",
-                         "until fixed: lower the learning rate or stop; the longer it trains, the more the policy "
-                         "narrows onto the loophole"],
-        )]
-    return []
+        ev = [Evidence("train_step.reward_mean (gain over its early level)", round(gain, 4), th["reward_gain"],
+                       (reward[0][0], step), f"mean of the {n} steps up to step {step} - {base:.4g}, the mean of "
+                       f"the first {n}"),
+              Evidence("held-out success (gain over the first evaluation)", round(v - first, 4),
+                       round(th["heldout_share"] * gain, 4), (first_step, step),
+                       f"{first:.3g} at step {first_step} -> {v:.3g} at step {step}; the bar is "
+                       f"{th['heldout_share']:.2g} of the training reward's gain"),
+              Evidence("evaluations running", len(run), need, (run[0][0], step),
+                       "consecutive held-out evaluations with the training reward this far ahead")]
+        return step, ev, (f"the training reward climbed {gain:+.2f} by step {step} while held-out success moved "
+                          f"{v - first:+.2f} ({first:.2f} -> {v:.2f}), {len(run)} evaluations running")
+    return None
+
+
+def _audit(gap: Series, th: Mapping[str, float]) -> tuple[int, list[Evidence], str] | None:
+    """The audit leg: first step at which the training reward's excess over the audit grader on the same samples
+    (the mean of the last ``smooth`` steps) is over ``audit_above`` and ``audit_gain`` above its first ``smooth``
+    steps, ``audit_steps`` steps running."""
+    n, need = int(th["smooth"]), int(th["audit_steps"])
+    if len(gap) < 2 * n:
+        return None
+    base = statistics.fmean(v for _, v in gap[:n])
+    running = 0
+    for i in range(n - 1, len(gap)):
+        level = statistics.fmean(v for _, v in gap[i - n + 1:i + 1])
+        running = running + 1 if level >= th["audit_above"] and level - base >= th["audit_gain"] else 0
+        if running < need:
+            continue
+        step = gap[i][0]
+        ev = [Evidence("grader audit gap (training reward - audit grader, same samples)", round(level, 4),
+                       th["audit_above"], (gap[i - n + 1][0], step),
+                       f"mean of the last {n} steps: reward the exact check does not confirm"),
+              Evidence("grader audit gap (rise over its early level)", round(level - base, 4), th["audit_gain"],
+                       (gap[0][0], step), f"- {base:.3g}, the mean of the first {n} steps: the loophole's share grows "
+                       "as the policy learns it (a shaped reward's partial credit shrinks)"),
+              Evidence("steps running", running, need, (gap[i - running + 1][0], step), "")]
+        return step, ev, (f"the training reward pays {level:.2f} more than the audit grader on the same samples by "
+                          f"step {step} (up {level - base:+.2f} from the first {n} steps)")
+    return None
+
+
+@rule(HACKING, concern="early_warning", title="Early warning: reward hacking (training reward leaving held-out success behind)",
+      needs=("train_step",), thresholds={})
+def reward_hacking(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
+    """Early warning of reward hacking, two legs (the earlier one is reported):
+
+    * held out: the training reward has climbed ``reward_gain`` (the mean of the last ``smooth`` steps against the
+      mean of the first ``smooth``) while held-out success (exact-match on prompts the run never trains on) gained at
+      most ``heldout_share`` of that over its first evaluation, at ``min_evals`` evaluations running. A run that
+      learns gains held out what it gains in training; a reward that climbs alone pays for something that is not
+      success. The training and held-out prompt mixes may differ: a run that learns the task and the loophole can
+      pass this leg.
+    * audit: on the training samples themselves, the training reward's excess over an audit grader (an exact check;
+      trainer_ref's ``--audit-grader``, scalar ``grader_audit_gap``) is over ``audit_above`` and ``audit_gain`` above
+      its first ``smooth`` steps, ``audit_steps`` steps running: a shaped reward's partial credit shrinks as the policy
+      learns; a loophole's share grows.
+
+    Insufficient data without held-out evaluations and without an audit. Thresholds: the failure table."""
+    reward = series(ctx, "reward")
+    held, gap = heldout(ctx), audit_gap(ctx)
+    if not held and not gap:
+        return Insufficient("no held-out evaluations (scalar rlobs/heldout_success or eval_reward_mean) and no "
+                            "grader audit (scalar grader_audit_gap): without either a training reward that climbs "
+                            "cannot be told from one that pays for a loophole")
+    legs = [x for x in (_divergence(reward, held, th), _audit(gap, th)) if x is not None]
+    if not legs:
+        if len(gap) < 2 * int(th["smooth"]) and len(held) < int(th["min_evals"]) + 1:
+            return Insufficient(f"{len(held)} held-out evaluations and {len(gap)} audited steps; the rule needs "
+                                f"{int(th['min_evals']) + 1} or {2 * int(th['smooth'])}")
+        return []
+    step, ev, what = min(legs, key=lambda x: x[0])
+    return [Finding(
+        rule=HACKING, severity=Severity.WARNING,
+        title=(f"early warning: {what}: the reward pays for something held-out success does not measure "
+               "(reward hacking)"),
+        first_step=step, last_step=step,
+        evidence=[*ev, Evidence("expected time to impact", "under way: every further step trains the loophole",
+                                None, None, "in bench/early_warning.py's reward-hacking runs (a flawed grader) "
+                                "held-out success mostly stalls instead of falling, and where it fell the fall did "
+                                "not follow the held-out leg by a measurable lead: the warning is the finding")],
+        root_cause=("the grader rewards something that is not success (a loophole: a format, shown work that is "
+                    "never checked, a length) and the policy has learned it: the training reward keeps climbing "
+                    "while an exact check (held out, or on the training samples themselves) does not follow; every "
+                    "further step trains the loophole"),
+        confidence=0.6,
+        remediation=["audit the grader on the run's own samples: the rollouts the reward pays for that an exact "
+                     "check fails (rlobs app: the run's rollouts beside their rewards); fix the loophole and resume "
+                     "from a checkpoint before the warning",
+                     "keep an exact check beside the training reward in every run: a held-out evaluation "
+                     "(trainer_ref: --eval-every) and an audit of the training samples (--audit-grader exact)",
+                     "until fixed: lower the learning rate or stop; the longer it trains, the more the policy "
+                     "narrows onto the loophole"],
+    )]
 
 
 PRECURSOR_IDS: tuple[str, ...] = (*PRECURSORS, UNCORRECTED, OVERSIZED, HACKING)
