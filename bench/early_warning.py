@@ -269,7 +269,7 @@ def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
     """The per-step signals of finished runs -> tests/early_warning/data/collapse_runs.json (the live-alert test
     replays them into a real Prometheus). Runs already in the file and not named here are kept."""
     from rlobs.doctor.context import RunContext
-    from rlobs.doctor.rules.precursors import correction_cap, heldout, series
+    from rlobs.doctor.rules.precursors import audit_gap, correction_cap, heldout, series
     from rlobs.store import open_run
 
     path = ROOT / "tests/early_warning/data/collapse_runs.json"
@@ -284,6 +284,8 @@ def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
                                                       "ess", "staleness", "policy_kl", "lr")}
             cap = correction_cap(ctx)
             evals = [(int(s), float(v)) for s, v in heldout(ctx)]
+            if audit_gap(ctx):
+                cols["audit_gap"] = dict(audit_gap(ctx))
         finally:
             rec.close()
         steps = sorted(cols["reward"])

@@ -522,6 +522,11 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                     f"{_over_time('min_over_time', 'rlobs_heldout_success', history, recent)})")
     hacking = (f"({reward_gain} >= {h['reward_gain']:g}) and "
                f"({reward_gain} - on ({GROUP[0]}) group_left {heldout_gain} / {h['heldout_share']:.6g} >= 0)")
+    # the audit leg: the training reward's excess over an exact check on the same samples (the driver's gauge), its
+    # mean over the recent window over audit_above and audit_gain above its low decile in the hour before
+    audit_now = _over_time('avg_over_time', 'rlobs_grader_audit_gap', recent)
+    audit = (f"({audit_now} >= {h['audit_above']:g}) and ({audit_now} - "
+             f"{_over_time('quantile_over_time', 'rlobs_grader_audit_gap', history, recent, q=0.1)} >= {h['audit_gain']:g})")
     out = (
         AlertRule(
             "precursor-grad-norm-drift", "warning",
@@ -624,13 +629,15 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                           ("rlobs_policy_entropy", {}, "1x70 0.5x20"),
                           ("rlobs_reward_mean", {}, "0.2x70 0.6x20")), "100m", not_yet_min=70, firing_min=88)),
         AlertRule(
-            "precursor-reward-hacking", "warning", running(hacking),
+            "precursor-reward-hacking", "warning", running(f"({hacking}) or ({audit})"),
             f("precursor-reward-hacking"),
             "Early warning: training reward climbing away from held-out success, reward hacking ({{ $labels.run }})",
-            "The training reward of run {{ $labels.run }} has climbed {{ $value | humanize }} over the last "
-            f"{recent} against its early level in the {history} before ({h['reward_gain']:g}+), while its held-out "
-            f"success (an exact check on prompts it never trains on) gained at most {h['heldout_share']:.0%} of that: "
-            "the grader pays for something that is not success (a loophole) and every further step trains it. Audit the grader on the run's own samples, fix it, resume from a checkpoint before the warning.",
+            "In run {{ $labels.run }} ({{ $labels.component }}) the training reward has climbed {{ $value | humanize }} "
+            f"over the last {recent} against its early level in the {history} before ({h['reward_gain']:g}+) while "
+            f"held-out success (an exact check on prompts it never trains on) gained at most "
+            f"{h['heldout_share']:.0%} of that; or it pays {{{{ $value | humanize }}}} more than an exact check on the "
+            f"same training samples ({h['audit_above']:g}+, up {h['audit_gain']:g}+ on the hour before): the grader "
+            "pays for something that is not success (a loophole) and every further step trains it. Audit the grader on the run's own samples, fix it, resume from a checkpoint before the warning.",
             PromtoolCase((("rlobs_reward_mean", {}, "0.2x70 0.7x20"),
                           ("rlobs_heldout_success", {"component": "driver"}, "0.3x90")), "500m",
                          not_yet_min=70, firing_min=88)),

@@ -317,9 +317,46 @@ def test_reward_hacking_is_quiet_when_held_out_success_follows(tmp_path, label, 
     assert not diagnose(_reward_run(tmp_path, "r", reward, evals), rule_ids=[HACKING]).findings, label
 
 
-def test_reward_hacking_without_held_out_evaluations_is_insufficient_data(tmp_path):
+def test_reward_hacking_without_held_out_evaluations_or_an_audit_is_insufficient_data(tmp_path):
     report = diagnose(_reward_run(tmp_path, "noeval", CLIMB, []), rule_ids=[HACKING])
     assert not report.findings and "held-out evaluations" in report.insufficient[HACKING]
+    assert "grader audit" in report.insufficient[HACKING]
+
+
+def _audited_run(tmp_path: Path, name: str, gap: list[float]):
+    """A run whose training reward climbs (CLIMB) with the grader audit's gap per step, no held-out evaluations."""
+    d = tmp_path / name
+    rec = rlobs.init(d, component="trainer", rank=0, run_id=name, prometheus=False, set_global=False)
+    for (s, r), g in zip(CLIMB, gap):
+        emit_step(rec, {"step": s, "reward": r, "audit_gap": g})
+    rec.close()
+    return rlobs.open_run(d)
+
+
+def test_reward_hacking_audit_leg_reads_the_exact_check_on_the_training_samples(tmp_path):
+    """The training reward pays more and more than an exact check on the same samples (the loophole's share
+    grows): warned from the audit alone, no held-out evaluation needed."""
+    th = FAILURES[HACKING].thresholds
+    growing = [0.3 + 0.03 * s for s in range(20)]  # 0.3 -> 0.87
+    rec = _audited_run(tmp_path, "audit", growing)
+    (f,) = diagnose(rec, rule_ids=[HACKING]).findings
+    # the 5-step mean at step i is 0.24 + 0.03 i: over 0.4 from step 6, 0.2 over the first five's 0.36 from step 11
+    # (0.57); two steps running: step 12 (0.60, +0.24)
+    assert f.first_step == 12 and "audit grader" in f.title
+    ev = {e.metric: e for e in f.evidence}
+    level = ev["grader audit gap (training reward - audit grader, same samples)"]
+    assert level.observed == pytest.approx(0.60) and level.threshold == th["audit_above"]
+    assert ev["grader audit gap (rise over its early level)"].observed == pytest.approx(0.24)
+    assert replay(RunContext(rec), rule_ids=[HACKING]) == {HACKING: 12}
+
+
+@pytest.mark.parametrize("label,gap", [
+    ("a shaped reward's partial credit shrinking as the policy learns", [0.2 - 0.01 * s for s in range(20)]),
+    ("a generous grader from the first step, not growing", [0.5] * 20),
+    ("partial credit growing as the policy learns the format, under the level", [0.02 * s for s in range(20)]),
+])
+def test_reward_hacking_audit_leg_is_quiet_without_a_growing_loophole(tmp_path, label, gap):
+    assert not diagnose(_audited_run(tmp_path, "a", gap), rule_ids=[HACKING]).findings, label
 
 
 # ---------- the detector ----------

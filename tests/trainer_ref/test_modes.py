@@ -142,6 +142,11 @@ def _check_probes(run_dir: Path, mode: str, scraped: dict) -> None:
     assert rec.sql("select count(*) from train_step where spike is not null").fetchall()[0][0] >= STEPS
     # how far each update moved the policy (re-scored after the step): measured, non-negative, finite
     assert rec.sql("select count(*) from train_step where policy_kl >= 0 and isfinite(policy_kl)").fetchall()[0][0] >= STEPS
+    # the grader audit (an exact check re-grading every graded training sample): one reading per graded batch, a
+    # difference of two rewards in [0, 1]; the step's training reward minus it is what the exact check confirms
+    audit = rec.sql("select count(distinct step), min(value), max(value) from scalar "
+                    "where name = 'grader_audit_gap'").fetchall()[0]
+    assert audit[0] >= STEPS - 1 and -1.0 <= audit[1] <= audit[2] <= 1.0, (mode, audit)
     text = scraped.get("text", "")
     assert text, "no /metrics scraped"
     want = expected_families(rec, scraped["ns"] - 1_000_000_000) | set(MUST_FAMILIES)
