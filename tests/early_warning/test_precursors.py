@@ -431,3 +431,24 @@ def test_long_healthy_runs_with_natural_bursts_get_no_early_warning(tmp_path):
         assert not report.findings, f"{name}: {[(f.rule, f.first_step) for f in report.findings]}"
         old = diagnose(rlobs.open_run(run_dir), rule_ids=fast, thresholds={p: {**OLD_WINDOW, **OLD_EFFECT.get(p, {})} for p in fast})
         assert old.findings, f"{name}: the old window was quiet too; the record no longer probes the edge"
+
+
+AUDIT_RUN, HELDOUT_LEG_RUN = "reward-hacking-s20", "reward-hacking-s17"  # tenth / ninth run, held-out seeds
+
+
+@pytest.mark.skipif(AUDIT_RUN not in DATA["runs"] or HELDOUT_LEG_RUN not in DATA["runs"],
+                    reason="no extracted reward-hacking runs")
+def test_real_reward_hacking_runs_warned_by_each_leg(tmp_path):
+    """Seed 17 (no audit recorded): its held-out success stalled at ~0.35 while the training reward reached 0.9; seed
+    20: the exact check on its own training samples confirms ever less of its reward, warned at step 10 from the
+    audit, while its held-out success climbed enough to keep the held-out leg quiet (without the audit: no finding)."""
+    (f,) = diagnose(rlobs.open_run(_record(tmp_path, HELDOUT_LEG_RUN)), rule_ids=[HACKING]).findings
+    assert "held-out success moved" in f.title and f.first_step == 25
+    (g,) = diagnose(rlobs.open_run(_record(tmp_path, AUDIT_RUN)), rule_ids=[HACKING]).findings
+    assert "audit grader" in g.title and g.first_step == 10
+    run = DATA["runs"][AUDIT_RUN]
+    DATA["runs"]["_no_audit"] = {**run, "steps": [{k: v for k, v in r.items() if k != "audit_gap"} for r in run["steps"]]}
+    try:
+        assert not diagnose(rlobs.open_run(_record(tmp_path, "_no_audit")), rule_ids=[HACKING]).findings
+    finally:
+        del DATA["runs"]["_no_audit"]
