@@ -350,6 +350,15 @@ def test_reward_hacking_audit_leg_reads_the_exact_check_on_the_training_samples(
     assert replay(RunContext(rec), rule_ids=[HACKING]) == {HACKING: 12}
 
 
+def test_reward_hacking_audit_leg_on_a_fast_loophole_names_the_step_the_record_showed_it(tmp_path):
+    """A loophole found at step 3: the 5-step mean passes both bars at step 6 (0.66, +0.28 over the first five's
+    0.38) and again at 7: warned at 7, the same step whether the record is judged whole or step by step."""
+    rec = _audited_run(tmp_path, "fast", [0.1] * 3 + [0.8] * 17)
+    (f,) = diagnose(rec, rule_ids=[HACKING]).findings
+    assert f.first_step == 7
+    assert replay(RunContext(rec), rule_ids=[HACKING]) == {HACKING: 7}
+
+
 @pytest.mark.parametrize("label,gap", [
     ("a shaped reward's partial credit shrinking as the policy learns", [0.2 - 0.01 * s for s in range(20)]),
     ("a generous grader from the first step, not growing", [0.5] * 20),

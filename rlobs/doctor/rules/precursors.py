@@ -505,7 +505,7 @@ def _audit(gap: Series, th: Mapping[str, float]) -> tuple[int, list[Evidence], s
     (the mean of the last ``smooth`` steps) is over ``audit_above`` and ``audit_gain`` above its first ``smooth``
     steps, ``audit_steps`` steps running."""
     n, need = int(th["smooth"]), int(th["audit_steps"])
-    if len(gap) < 2 * n:
+    if len(gap) < n:  # no early level yet (each step after it is judged on the steps up to it: online)
         return None
     base = statistics.fmean(v for _, v in gap[:n])
     running = 0
@@ -552,9 +552,9 @@ def reward_hacking(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                             "cannot be told from one that pays for a loophole")
     legs = [x for x in (_divergence(reward, held, th), _audit(gap, th)) if x is not None]
     if not legs:
-        if len(gap) < 2 * int(th["smooth"]) and len(held) < int(th["min_evals"]) + 1:
+        if len(gap) < int(th["smooth"]) and len(held) < int(th["min_evals"]) + 1:
             return Insufficient(f"{len(held)} held-out evaluations and {len(gap)} audited steps; the rule needs "
-                                f"{int(th['min_evals']) + 1} or {2 * int(th['smooth'])}")
+                                f"{int(th['min_evals']) + 1} or {int(th['smooth'])}")
         return []
     step, ev, what = min(legs, key=lambda x: x[0])
     return [Finding(
