@@ -284,8 +284,9 @@ def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
                                                       "ess", "staleness", "policy_kl", "lr")}
             cap = correction_cap(ctx)
             evals = [(int(s), float(v)) for s, v in heldout(ctx)]
-            if audit_gap(ctx):
-                cols["audit_gap"] = dict(audit_gap(ctx))
+            gap = audit_gap(ctx)
+            if gap:
+                cols["audit_gap"] = dict(gap)
         finally:
             rec.close()
         steps = sorted(cols["reward"])

@@ -276,12 +276,15 @@ def test_oversized_updates_on_a_loophole_name_the_grader(tmp_path):
 
 
 # ---------- reward hacking: the training reward leaving held-out success behind ----------
-def _reward_run(tmp_path: Path, name: str, reward: list[tuple[int, float]], evals: list[tuple[int, float]]):
+def _reward_run(tmp_path: Path, name: str, reward: list[tuple[int, float]], evals: list[tuple[int, float]],
+                gap: list[float] = ()):
+    """A record of the training reward per step, held-out evaluations at their steps and the grader audit's gap
+    (one per step from the first)."""
     d = tmp_path / name
     rec = rlobs.init(d, component="trainer", rank=0, run_id=name, prometheus=False, set_global=False)
-    held = dict(evals)
+    held, audit = dict(evals), dict(zip((s for s, _ in reward), gap))
     for s, r in reward:
-        emit_step(rec, {"step": s, "reward": r, "heldout": held.get(s)})
+        emit_step(rec, {"step": s, "reward": r, "heldout": held.get(s), "audit_gap": audit.get(s)})
     rec.close()
     return rlobs.open_run(d)
 
@@ -325,12 +328,7 @@ def test_reward_hacking_without_held_out_evaluations_or_an_audit_is_insufficient
 
 def _audited_run(tmp_path: Path, name: str, gap: list[float]):
     """A run whose training reward climbs (CLIMB) with the grader audit's gap per step, no held-out evaluations."""
-    d = tmp_path / name
-    rec = rlobs.init(d, component="trainer", rank=0, run_id=name, prometheus=False, set_global=False)
-    for (s, r), g in zip(CLIMB, gap):
-        emit_step(rec, {"step": s, "reward": r, "audit_gap": g})
-    rec.close()
-    return rlobs.open_run(d)
+    return _reward_run(tmp_path, name, CLIMB[:len(gap)], [], gap)
 
 
 def test_reward_hacking_audit_leg_reads_the_exact_check_on_the_training_samples(tmp_path):
