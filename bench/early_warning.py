@@ -117,6 +117,12 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # default) and precursor-reward-hacking got an audit leg, chosen on seeds 0-1 of both reward-hacking classes and
 # healthy sync / async seed 0 re-trained with the audit; frozen before reward-hacking seeds 20-27, control 14-17,
 # healthy sync 28-31 and healthy async 10-11 were trained (40 steps), their number fixed in advance
+# Eleventh check (2 Dec 2026, registered before any of these runs finished): the three honest-grader controls that
+# warned (precursor-oversized-updates) without a drop in 40 steps, eighth-run seeds 6 (step 15) and 7 (30) and
+# tenth-run seed 15 (35), continued to 60 steps (sync --deterministic: the first 40 steps are the same run, checked
+# against the earlier records where they survive). A warning counts as confirmed if the bench's drop comes within
+# the finding's stated 6-32 steps after it (s6: 21-47; s7: 36-60; s15: 41-60, the window cut at 60), otherwise as a
+# false warning. The 40-step tables are not rescored: this tells whether those warnings were early or wrong.
 # Ninth run (2 Dec 2026): the divergence candidate became a rule (precursor-reward-hacking, its numbers unchanged),
 # frozen before reward-hacking seeds 10-19 and control seeds 8-13 were trained, at 60 steps (`run --steps 60`: in 40
 # steps 1 of 8 hacking runs fell held out, the divergence came at steps 20-30), their number fixed in advance
