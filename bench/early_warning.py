@@ -126,7 +126,11 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # Ninth run (2 Dec 2026): the divergence candidate became a rule (precursor-reward-hacking, its numbers unchanged),
 # frozen before reward-hacking seeds 10-19 and control seeds 8-13 were trained, at 60 steps (`run --steps 60`: in 40
 # steps 1 of 8 hacking runs fell held out, the divergence came at steps 20-30), their number fixed in advance
-HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 30)),
+# Twelfth run (2 Dec 2026): rules unchanged since 4e71bea; the eleventh check found today's trainer_ref draws other
+# trajectories for some eighth-run seeds (lr-too-high s26 / s29, missed then, warn at 8 / 12 now: re-runs, looked at,
+# not counted), so the lr-too-high estimate gets fresh seeds 30-39, kl-blow-up 10-13 (5 runs so far) and healthy sync
+# 32-41, 40 steps, their number fixed before any was trained
+HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 40)), "kl-blow-up": (10, 11, 12, 13),
                                              "lr-warmup-too-high": (10, 11, 12, 13, 14, 15, 16, 17),
                                              "staleness-no-is": tuple(range(10, 26)),
                                              "staleness-no-is-lag4": tuple(range(3, 23)),
@@ -134,7 +138,7 @@ HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 30))
                                              "reward-hacking-control": tuple(range(8, 14)) + tuple(range(14, 18))}
 # healthy seeds 22-27 (ninth run, 60 steps like its reward-hacking runs): added while those were training, before any
 # of the ninth run was scored
-HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 32))}
+HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 42))}
 HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 12))}
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are
