@@ -146,6 +146,29 @@ HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 12))}
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are
 # new (0-11 had been seen, 9-11 warned in the fifth run)
 HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 38))}
+# Thirteenth run (2 Dec 2026, registered before any was trained, rules unchanged since 4e71bea): the healthy runs
+# so far are one setting (lr 3e-4, 8 groups x 8, T 1, exact grader, 40-60 steps) in two modes; the bar is 0 warnings
+# on healthy runs, so it gets settings that learn but were never looked at while a threshold was chosen: 100 steps
+# (past the plateau, where 88-100 % of groups are zero-std and entropy keeps falling), a slower lr, colocate_async,
+# the honest-grader controls' prompt mix and grader at the healthy lr, the KL term on at the healthy lr, T 0.7, and
+# 16 groups x 4. All held out; every warning on them counts against the bar (one that precedes a drop too, listed
+# apart); a drop on one of them is a collapse no rule foresaw where it has no warning.
+# name -> (what, trainer_ref flags, seeds, steps (None: the run command's --steps))
+HEALTHY_VARIANTS: dict[str, tuple[str, list[str], tuple[int, ...], int | None]] = {
+    "healthy-long": ("healthy sync, lr 3e-4, 100 steps", HEALTHY, (42, 43, 44, 45), 100),
+    "healthy-lr1e-4": ("healthy sync, lr 1e-4 (slower)", [*SYNC, "--lr", "1e-4"], (0, 1, 2, 3), None),
+    "healthy-colocate": ("healthy colocate_async, lr 3e-4", ["--mode", "colocate_async", "--lr", "3e-4"], (0, 1, 2, 3),
+                         None),
+    "healthy-rule-chain": ("healthy sync, lr 3e-4, the controls' mix and grader (rule, chains 0.9, held out 0.15)",
+                           [*SYNC, "--grader", "rule", "--chain-prob", "0.9", "--eval-chain-prob", "0.15", "--lr",
+                            "3e-4"], (0, 1, 2, 3), None),
+    "healthy-kl": ("healthy sync, lr 3e-4, KL term on (kl_coef 0.05)", [*SYNC, "--lr", "3e-4", "--kl-coef", "0.05"],
+                   (0, 1, 2, 3), None),
+    "healthy-t07": ("healthy sync, lr 3e-4, temperature 0.7", [*SYNC, "--lr", "3e-4", "--temperature", "0.7"],
+                    (0, 1, 2, 3), None),
+    "healthy-g16x4": ("healthy sync, lr 3e-4, 16 groups x 4", [*SYNC, "--lr", "3e-4", "--groups-per-step", "16",
+                                                             "--group-size", "4"], (0, 1, 2, 3), None),
+}
 
 
 def _flags(run_dir: Path) -> list[str]:
@@ -178,6 +201,9 @@ def matrix(classes: list[str] | None = None) -> list[dict]:
         out += [{"name": f"healthy-async-nois-s{s}", "class": "healthy", "split": split, "seed": s,
                  "args": HEALTHY_ASYNC_NO_IS, "what": "healthy (separate_async, no IS correction, max staleness 2)"}
                 for s in seeds]
+    for name, (what, args, seeds, steps) in HEALTHY_VARIANTS.items():
+        out += [{"name": f"{name}-s{s}", "class": "healthy", "split": "heldout", "seed": s, "args": args, "what": what,
+                 **({"steps": steps} if steps else {})} for s in seeds]
     return out
 
 
@@ -193,7 +219,7 @@ def train(entry: dict, runs: Path, steps: int) -> dict:
         log = runs / f"{entry['name']}.log"
         with open(log, "wb") as f:
             rc = subprocess.call(["nice", "-n", "15", sys.executable, "-m", "trainer_ref.run", *COMMON, "--steps",
-                                  str(steps), "--seed", str(entry["seed"]), "--run-dir", str(run_dir), *entry["args"]],
+                                  str(entry.get("steps") or steps), "--seed", str(entry["seed"]), "--run-dir", str(run_dir), *entry["args"]],
                                  cwd=ROOT, env=env, stdout=f, stderr=subprocess.STDOUT)
         if rc == 0 or b"timed out during startup" not in log.read_bytes():
             break
