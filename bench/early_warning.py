@@ -132,7 +132,7 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # trajectories for some eighth-run seeds (lr-too-high s26 / s29, missed then, warn at 8 / 12 now: re-runs, looked at,
 # not counted), so the lr-too-high estimate gets fresh seeds 30-39, kl-blow-up 10-13 (5 runs so far) and healthy sync
 # 32-41, 40 steps, their number fixed before any was trained
-HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 40)), "kl-blow-up": (10, 11, 12, 13),
+HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 40)), "kl-blow-up": tuple(range(10, 20)),
                                              "lr-warmup-too-high": (10, 11, 12, 13, 14, 15, 16, 17),
                                              "staleness-no-is": tuple(range(10, 26)),
                                              "staleness-no-is-lag4": tuple(range(3, 23)),
@@ -163,12 +163,18 @@ HEALTHY_VARIANTS: dict[str, tuple[str, list[str], tuple[int, ...], int | None]] 
                            [*SYNC, "--grader", "rule", "--chain-prob", "0.9", "--eval-chain-prob", "0.15", "--lr",
                             "3e-4"], (0, 1, 2, 3), None),
     "healthy-kl": ("healthy sync, lr 3e-4, KL term on (kl_coef 0.05)", [*SYNC, "--lr", "3e-4", "--kl-coef", "0.05"],
-                   (0, 1, 2, 3), None),
+                   tuple(range(10)), None),
     "healthy-t07": ("healthy sync, lr 3e-4, temperature 0.7", [*SYNC, "--lr", "3e-4", "--temperature", "0.7"],
                     (0, 1, 2, 3), None),
     "healthy-g16x4": ("healthy sync, lr 3e-4, 16 groups x 4", [*SYNC, "--lr", "3e-4", "--groups-per-step", "16",
                                                              "--group-size", "4"], (0, 1, 2, 3), None),
 }
+# Fourteenth run (2 Dec 2026): the thirteenth's KL warnings on healthy-kl seeds 0-3 gave precursor-kl-creep a rate
+# bar (min_rate, rlobs.failures), chosen on those four and on kl-blow-up seeds 10-13, which are calibration for it
+# from now on; frozen before healthy-kl seeds 4-9 and kl-blow-up seeds 14-19 were trained (40 steps, their number
+# fixed in advance). Scored once: every KL warning on the six healthy runs counts against the bar, and the blow-ups
+# are scored as a class (warned before the drop). Other rules unchanged since 4e71bea
+VARIANT_CALIBRATION: dict[str, tuple[int, ...]] = {"healthy-kl": (0, 1, 2, 3)}
 
 
 def _flags(run_dir: Path) -> list[str]:
@@ -202,7 +208,8 @@ def matrix(classes: list[str] | None = None) -> list[dict]:
                  "args": HEALTHY_ASYNC_NO_IS, "what": "healthy (separate_async, no IS correction, max staleness 2)"}
                 for s in seeds]
     for name, (what, args, seeds, steps) in HEALTHY_VARIANTS.items():
-        out += [{"name": f"{name}-s{s}", "class": "healthy", "split": "heldout", "seed": s, "args": args, "what": what,
+        out += [{"name": f"{name}-s{s}", "class": "healthy", "seed": s, "args": args, "what": what,
+                 "split": "calibration" if s in VARIANT_CALIBRATION.get(name, ()) else "heldout",
                  **({"steps": steps} if steps else {})} for s in seeds]
     return out
 

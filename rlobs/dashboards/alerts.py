@@ -494,6 +494,13 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
     u, o = th("precursor-uncorrected-off-policy"), th("precursor-oversized-updates")
     h = th("precursor-reward-hacking")
     win = f"the last {recent} vs the {history} before"
+    # the KL rule's rate (the doctor: since the run's first step): the rise of the recent median over the lowest
+    # reading of the window before, per optimiser step taken over both windows (a run younger than them: since its
+    # start, as the doctor reads it)
+    kl_rise = (f"({_median_now('rlobs_reference_kl', recent)} - "
+               f"{_over_time('min_over_time', 'rlobs_reference_kl', history, recent)})")
+    steps_in_window = (f"({_over_time('increase', 'rlobs_train_steps_total', history, recent)} + "
+                       f"{_over_time('increase', 'rlobs_train_steps_total', recent)})")
     on_run = f" and on ({GROUP[0]}) "  # held-out evaluations come from the driver, not the trainer component
     oversized = (f"({_over_time('quantile_over_time', 'rlobs_policy_update_kl', recent, q=1 - o['min_steps'] / o['window'])}"
                  f" > {o['kl_above']:g}){on}"
@@ -566,15 +573,17 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                          not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-kl-creep", "warning",
-            running(f"{_median_now('rlobs_reference_kl', recent)} > {1 + k['min_effect']:g} * "
-                    f"{_median_before('rlobs_reference_kl', recent, history)} + {k['min_abs']:g}"),
+            running(f"({_median_now('rlobs_reference_kl', recent)} > {1 + k['min_effect']:g} * "
+                    f"{_median_before('rlobs_reference_kl', recent, history)} + {k['min_abs']:g}){on}"
+                    f"({kl_rise} >= {k['min_rate']:g} * {steps_in_window})"),
             f("precursor-kl-creep"),
             "Early warning: KL to the reference creeping up, blow-up ahead ({{ $labels.run }})",
             "The median KL to the reference of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | "
-            f"humanize }}}} over {win}, over {1 + k['min_effect']:g}x its earlier median: the KL penalty no longer "
-            "holds the policy, the precursor of a KL blow-up. Raise kl_coef or lower the learning rate.",
-            PromtoolCase((("rlobs_reference_kl", {}, "0.01x70 0.01+0.01x20"),), "130m",
-                         not_yet_min=70, firing_min=88)),
+            f"humanize }}}} over {win}, over {1 + k['min_effect']:g}x its earlier median, and it rose faster than "
+            f"{k['min_rate']:g} nats/token per optimiser step (a run that learns moves it slower): the KL penalty no "
+            "longer holds the policy, the precursor of a KL blow-up. Raise kl_coef or lower the learning rate.",
+            PromtoolCase((("rlobs_reference_kl", {}, "0.01x70 0.01+0.05x20"), ("rlobs_train_steps_total", {}, "0+0.2x90")),
+                         "610m", not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-zero-std-rising", "warning",
             running(f"({_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} > {1 + z['min_effect']:g} * "

@@ -459,3 +459,20 @@ def test_real_reward_hacking_runs_warned_by_each_leg(tmp_path):
         assert not diagnose(rlobs.open_run(_record(tmp_path, "_no_audit")), rule_ids=[HACKING]).findings
     finally:
         del DATA["runs"]["_no_audit"]
+
+
+KL = "precursor-kl-creep"
+
+
+def test_kl_rising_as_a_run_learns_is_not_a_creep_a_blow_up_is(tmp_path):
+    """A real healthy run with the KL term on (healthy-kl-s0: kl_coef 0.05 at lr 3e-4; KL 0 -> 0.44 over 40 steps
+    while held-out success climbs 0.23 -> 0.74) gets no KL warning; without the rate bar (min_rate 0) the rule
+    warned on it, so the record does probe the bar. The KL blow-up still warns, with its rate as evidence, several
+    times over the bar."""
+    healthy = _record(tmp_path, "healthy-kl-s0")
+    assert not diagnose(rlobs.open_run(healthy), rule_ids=[KL]).findings
+    assert diagnose(rlobs.open_run(healthy), rule_ids=[KL], thresholds={KL: {"min_rate": 0.0}}).findings
+    blow = diagnose(rlobs.open_run(_record(tmp_path, "kl-blow-up-partial-s0")), rule_ids=[KL]).findings
+    assert [f.rule for f in blow] == [KL]
+    rate = next(e for e in blow[0].evidence if e.metric.endswith("gained per step since the run's first step"))
+    assert rate.observed >= 3 * FAILURES[KL].thresholds["min_rate"] and rate.threshold == FAILURES[KL].thresholds["min_rate"]

@@ -159,6 +159,8 @@ def _first_alarm(p: Precursor, ctx: RunContext, th: Mapping[str, float], points:
             continue
         if "min_level" in th and p.direction * (d.level - th["min_level"]) < 0:
             continue  # a share rising from 0 to 1 group of 8 is a trend of nothing: the level must matter
+        if "min_rate" in th and _rate(d, s, points) < th["min_rate"]:
+            continue  # risen from the run's start, but no faster than a run that learns moves (see _rate)
         if reward:
             early, recent = _reward_at(reward, s, th)
             if early is not None and recent is not None:
@@ -171,6 +173,13 @@ def _first_alarm(p: Precursor, ctx: RunContext, th: Mapping[str, float], points:
                           _eta(p, d, th))
         count += 1
     return (first, count) if first is not None else None
+
+
+def _rate(d: Drift, step: int, points: Series) -> float:
+    """How fast the signal has risen since the run's first step: (recent median - early level) / steps elapsed, in
+    the signal's own units per step. The KL to the reference starts at 0 (the policy is the reference) and grows in
+    every run that learns, so that it rose is no precursor; how fast it rose is."""
+    return (d.level - d.base) / max(1, step - points[0][0])
 
 
 def _eta(p: Precursor, d: Drift, th: Mapping[str, float]) -> float | None:
@@ -210,6 +219,10 @@ def judge(p: Precursor, ctx: RunContext, th: Mapping[str, float], points: Series
                    round(d.slope, 6) if d.slope is not None else "n/a"),
           Evidence("expected time to impact", round(d.eta, 1) if d.eta is not None else "unknown",
                    round(target, 6), None, f"steps until {p.label} reaches {target:.4g} ({p.coming})")]
+    if "min_rate" in th:
+        ev.append(Evidence(f"{p.label} gained per step since the run's first step", round(_rate(d, d.step, points), 6),
+                           th["min_rate"], (points[0][0], d.step),
+                           "faster than a run that learns moves it (the threshold)"))
     if p.learning_guard or p.solved_guard:
         early, recent = _reward_at(series(ctx, "reward"), d.step, th)
         if early is not None:
