@@ -290,14 +290,14 @@ def dashboards_build(out: Path = typer.Option(None, "--out", help="output folder
     target = out or default_out_dir()
     result = build(target, check=check, runbook_base=runbook_base_url)
     for name in result.unexpected:
-        err_console.print(f"[yellow]not generated any more:[/] {target / name}")
+        err_console.print(f"[yellow]not generated any more:[/] {target / name}", soft_wrap=True)  # a path wrapped mid-name cannot be copied
     if check:
         if result.differing:
             for name in result.differing:
-                err_console.print(f"[red]out of date:[/] {target / name}")
+                err_console.print(f"[red]out of date:[/] {target / name}", soft_wrap=True)
             err_console.print("run `rlobs dashboards build` and commit the result")
             raise typer.Exit(1)
-        console.print(f"[green]{target} is up to date[/]")
+        console.print(f"[green]{target} is up to date[/]", soft_wrap=True)
         return
     for name in result.written:
         console.print(f"wrote {target / name}")
