@@ -289,8 +289,9 @@ def dashboards_build(out: Path = typer.Option(None, "--out", help="output folder
 
     target = out or default_out_dir()
     result = build(target, check=check, runbook_base=runbook_base_url)
+    # soft_wrap: paths print whole (one folded mid-name at the console's width cannot be copied)
     for name in result.unexpected:
-        err_console.print(f"[yellow]not generated any more:[/] {target / name}", soft_wrap=True)  # a path wrapped mid-name cannot be copied
+        err_console.print(f"[yellow]not generated any more:[/] {target / name}", soft_wrap=True)
     if check:
         if result.differing:
             for name in result.differing:
@@ -300,7 +301,7 @@ def dashboards_build(out: Path = typer.Option(None, "--out", help="output folder
         console.print(f"[green]{target} is up to date[/]", soft_wrap=True)
         return
     for name in result.written:
-        console.print(f"wrote {target / name}")
+        console.print(f"wrote {target / name}", soft_wrap=True)
     if not result.written:
         console.print(f"[green]{target} already up to date[/]")
 

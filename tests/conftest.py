@@ -1,5 +1,5 @@
 """Shared fixtures: a fresh run directory and a recorder that is always shut down; and how the suite splits across
-pytest-xdist workers (README's test command runs two)."""
+pytest-xdist workers when run with ``-n N --dist loadgroup`` (optional: CI runs it serially)."""
 
 from __future__ import annotations
 

@@ -34,6 +34,7 @@ import json
 import os
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -149,10 +150,23 @@ def _build_lock(out: Path):
             fcntl.flock(f, fcntl.LOCK_UN)
 
 
+def _cached(out: Path, build: Callable[[], Path], *, force: bool = False) -> Path:
+    """``out`` when its build is already there, else ``build()`` under ``_build_lock`` (checked again once the lock
+    is held: another process may have built it while this one waited)."""
+    done = out / "model.safetensors"
+    if done.exists() and not force:
+        return out
+    with _build_lock(out):
+        if done.exists() and not force:
+            return out
+        return build()
+
+
 def _publish(tmp: Path, out: Path, *, force: bool = False) -> Path:
-    """Move a finished build from ``tmp`` into the cache folder ``out``. Two processes that start on an empty
-    cache (two runs, two test workers) both build: the first to finish publishes, and a later one keeps that
-    folder (the other process may be loading it already) and drops its own copy, unless ``force``."""
+    """Move a finished build from ``tmp`` into the cache folder ``out``. Processes on one machine build one at a time
+    (``_cached``); where the lock does not hold (a cache on a network filesystem), two may both build: the first to
+    finish publishes, and a later one keeps that folder (the other process may be loading it already) and drops its
+    own copy, unless ``force``."""
     import shutil
 
     done = out / "model.safetensors"
@@ -175,12 +189,7 @@ def build_tiny(spec: TinySpec | None = None, out_dir: str | os.PathLike[str] | N
     """Build (or reuse from the cache) the tiny warm-started model folder; returns its path."""
     spec = spec or TinySpec()
     out = Path(out_dir) if out_dir else cache_root() / f"tiny-{_spec_key(spec)}"
-    if (out / "model.safetensors").exists() and not force:
-        return out
-    with _build_lock(out):
-        if (out / "model.safetensors").exists() and not force:
-            return out  # built by another process while this one waited
-        return _build_tiny(spec, out, force=force, verbose=verbose)
+    return _cached(out, lambda: _build_tiny(spec, out, force=force, verbose=verbose), force=force)
 
 
 def _build_tiny(spec: TinySpec, out: Path, *, force: bool, verbose: bool) -> Path:
@@ -226,12 +235,7 @@ def build_smollm2(out_dir: str | os.PathLike[str] | None = None) -> Path:
     (``tie_word_embeddings``: the folder holds the embedding once; its chat template comes along).
     Built into a temporary folder and renamed into place, so an interrupted build leaves nothing."""
     out = Path(out_dir) if out_dir else cache_root() / "smollm2-135m"
-    if (out / "model.safetensors").exists():
-        return out
-    with _build_lock(out):
-        if (out / "model.safetensors").exists():
-            return out
-        return _convert_smollm2(out)
+    return _cached(out, lambda: _convert_smollm2(out))
 
 
 def _convert_smollm2(out: Path) -> Path:
@@ -298,12 +302,7 @@ def build_tiny_arch(arch: str = "qwen3", *, tied: bool = True, out_dir: str | os
                 "num_key_value_heads": 1, "head_dim": 32, "max_position_embeddings": 256, "tie_word_embeddings": tied}
     key = hashlib.sha256(json.dumps({"arch": arch, "seed": seed, **settings}, sort_keys=True).encode()).hexdigest()[:12]
     out = Path(out_dir) if out_dir else cache_root() / f"tiny-{arch}-{'tied' if tied else 'untied'}-{key}"
-    if (out / "model.safetensors").exists():
-        return out
-    with _build_lock(out):
-        if (out / "model.safetensors").exists():
-            return out
-        return _build_tiny_arch(arch, settings, seed, out)
+    return _cached(out, lambda: _build_tiny_arch(arch, settings, seed, out))
 
 
 def _build_tiny_arch(arch: str, settings: dict, seed: int, out: Path) -> Path:
