@@ -132,15 +132,22 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # trajectories for some eighth-run seeds (lr-too-high s26 / s29, missed then, warn at 8 / 12 now: re-runs, looked at,
 # not counted), so the lr-too-high estimate gets fresh seeds 30-39, kl-blow-up 10-13 (5 runs so far) and healthy sync
 # 32-41, 40 steps, their number fixed before any was trained
-HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 40)), "kl-blow-up": tuple(range(10, 20)),
+# Fifteenth run (2 Dec 2026, registered before any of its runs was trained or scored): precursor-oversized-updates
+# gets a first-steps leg (how far each update moves a policy that has not learned yet: at the healthy lr 3e-4 no run
+# of any setting had 4 of 5 updates over 0.02 nats/token in its first 10 steps; at lr 1.5e-3 most pass 0.05 by step
+# 4; bar: 4 of the first 10 steps' 5-step windows' updates over 0.05, no learning or entropy guard), its bar chosen on
+# every record seen so far (they become calibration for it; the lr 7e-4 controls reach 0.04), frozen before lr-too-high seeds
+# 40-49, honest-grader controls 18-23, healthy sync 46-55 and healthy-rule-chain 4-7 are scored (40 steps, their
+# number fixed here). Scored once with every rule; every warning on a healthy run or a control without a drop counts
+HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 50)), "kl-blow-up": tuple(range(10, 20)),
                                              "lr-warmup-too-high": (10, 11, 12, 13, 14, 15, 16, 17),
                                              "staleness-no-is": tuple(range(10, 26)),
                                              "staleness-no-is-lag4": tuple(range(3, 23)),
                                              "reward-hacking": tuple(range(10, 20)) + tuple(range(20, 28)),
-                                             "reward-hacking-control": tuple(range(8, 14)) + tuple(range(14, 18))}
+                                             "reward-hacking-control": tuple(range(8, 14)) + tuple(range(14, 18)) + tuple(range(18, 24))}
 # healthy seeds 22-27 (ninth run, 60 steps like its reward-hacking runs): added while those were training, before any
 # of the ninth run was scored
-HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 42))}
+HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 42)) + tuple(range(46, 56))}
 HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 12))}
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are
@@ -161,7 +168,7 @@ HEALTHY_VARIANTS: dict[str, tuple[str, list[str], tuple[int, ...], int | None]] 
                          None),
     "healthy-rule-chain": ("healthy sync, lr 3e-4, the controls' mix and grader (rule, chains 0.9, held out 0.15)",
                            [*SYNC, "--grader", "rule", "--chain-prob", "0.9", "--eval-chain-prob", "0.15", "--lr",
-                            "3e-4"], (0, 1, 2, 3), None),
+                            "3e-4"], tuple(range(8)), None),
     "healthy-kl": ("healthy sync, lr 3e-4, KL term on (kl_coef 0.05)", [*SYNC, "--lr", "3e-4", "--kl-coef", "0.05"],
                    tuple(range(10)), None),
     "healthy-t07": ("healthy sync, lr 3e-4, temperature 0.7", [*SYNC, "--lr", "3e-4", "--temperature", "0.7"],
