@@ -169,9 +169,23 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     # on three lr-too-high collapses. Frozen before lr-too-high seeds 20-29 and healthy seeds 12-21 were trained.
     # Scored on them (bench/results/early_warning_run8): it won lr-too-high seed 25 (12 instead of 30, drop at 20),
     # and it alone warned on two runs without a drop (the honest-grader control at lr 7e-4, seeds 6 and 7): not met
+    # early_* (2 Dec 2026, fifteenth run): the first-steps leg. The guards above keep large steps on a policy that has
+    # not learned quiet, and so the leg that needs them warned late or not at all on the lr-too-high runs that fall
+    # early (at 15-20, from a small gain: the misses of the seventh, eighth and twelfth runs). How far one update
+    # moves a policy that cannot have learned yet is the lr's own size: on every record seen by then (62 runs at
+    # lr <= 3e-4 in seven settings, 2 of `tiny` at its default 1e-3) no window of the first 10 steps had 4 of 5
+    # updates over 0.02 nats/token (tiny 1e-3: 3 of 5 over 0.05 at most); lr 1.5e-3 had 7 of 10 (12th run) over 0.05
+    # by step 4, the honest-grader controls at lr 7e-4 reach 0.04 (0.05 keeps them quiet). Impact: those runs fell
+    # 11-35 steps after step 4. `tiny` at 3e-3 (the doctor_calib bench's third shape, counted healthy there when it
+    # does not degenerate) moves 0.2-0.6 per update and warns at step 4; two seeds of it tried here lost held-out
+    # success 0.09 -> 0.02 and 0.14 -> 0.02 in 20 steps: the warning is right, and doctor_calib's healthy table
+    # predates the leg. Frozen before the fifteenth run (bench/early_warning.py) was scored
     _f("precursor-oversized-updates", "warning", "1m",
        thresholds={"window": 5, "min_steps": 4, "baseline": 5, "kl_above": 0.015, "entropy_share_below": 0.8,
                    "reward_gain": 0.15, "heldout_gain": 0.15, "impact_steps_low": 6, "impact_steps_high": 32,
+                   # the first-steps leg (2 Dec 2026, fifteenth run): see the comment above
+                   "early_steps": 10, "early_kl_above": 0.05, "early_impact_steps_low": 10,
+                   "early_impact_steps_high": 35,
                    # annotation only (the finding names a grader loophole when the training reward is this far
                    # above the last held-out evaluation; the rule-graded runs of the bench sit within 0.1 of it)
                    "hacking_gap": 0.3}),

@@ -510,6 +510,13 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                  # stops or stalls, and one large last update would fill the window. The window must hold
                  # min_steps updates (min_steps - 1 changes of the gauge), as the doctor's rule counts steps
                  f"{on}({_over_time('changes', 'rlobs_policy_update_kl', recent)} >= {o['min_steps'] - 1:g})")
+    # the first-steps leg (the doctor's early_*): the same share of the window's updates over early_kl_above while the
+    # trainer has taken at most early_steps optimiser steps (a process restarted from a checkpoint counts again from
+    # 0: large steps right after a resume are as much the lr's size). No learning or entropy guard
+    early = (f"({_over_time('quantile_over_time', 'rlobs_policy_update_kl', recent, q=1 - o['min_steps'] / o['window'])}"
+             f" > {o['early_kl_above']:g}){on}"
+             f"({_over_time('changes', 'rlobs_policy_update_kl', recent)} >= {o['min_steps'] - 1:g}){on}"
+             f"({_over_time('max_over_time', 'rlobs_train_steps_total', recent)} <= {o['early_steps']:g})")
     # the run has learned (as the doctor asks): its training reward climbed over its early level (the low decile of
     # the hour before), or its held-out success over the lowest evaluation before
     reward_climbed = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} >= "
@@ -623,16 +630,19 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
         # low decile of the hour before), as the doctor's rule compares with the run's first steps
         AlertRule(
             "precursor-oversized-updates", "warning",
-            running(f"({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed})"),
+            running(f"({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed}) or ({early})"),
             f("precursor-oversized-updates"),
-            "Early warning: oversized policy updates after the run learned, learning-rate collapse ahead ({{ $labels.run }})",
+            "Early warning: oversized policy updates (from the first steps, or after the run learned), learning-rate collapse ahead ({{ $labels.run }})",
             "The optimiser steps of {{ $labels.component }} (run {{ $labels.run }}) move the policy {{ $value | "
             f"humanize }}}} nats per token or more in {o['min_steps'] / o['window']:.0%} of the last {recent} (over "
             f"{o['kl_above']:g}) while its entropy "
             f"is under {o['entropy_share_below']:.0%} of its level in the {history} before and the training reward has "
-            f"climbed by {o['reward_gain']:g}+ (or held-out success by {o['heldout_gain']:g}+): the learning rate is too high for a policy that has found its answers, "
+            f"climbed by {o['reward_gain']:g}+ (or held-out success by {o['heldout_gain']:g}+), or over "
+            f"{o['early_kl_above']:g} within its first {o['early_steps']:g} steps (before anything was learned: the "
+            "lr's own size): the learning rate is too high, "
             "the precursor of a collapse (the reward fell "
-            f"{o['impact_steps_low']:g}-{o['impact_steps_high']:g} steps later in the early-warning bench). Lower the "
+            f"{min(o['impact_steps_low'], o['early_impact_steps_low']):g}-"
+            f"{max(o['impact_steps_high'], o['early_impact_steps_high']):g} steps later in the early-warning bench). Lower the "
             "learning rate or the warm-up peak; resume from a checkpoint before the warning.",
             PromtoolCase((("rlobs_policy_update_kl", {}, "0.001+0.0000001x70 0.1+0.0000001x20"),
                           ("rlobs_policy_entropy", {}, "1x70 0.5x20"),

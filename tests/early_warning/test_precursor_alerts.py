@@ -14,8 +14,10 @@ shows its precursor, with its runbook; no precursor alert may fire for the healt
 from __future__ import annotations
 
 import json
+import re
 import threading
 import time
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ import rlobs
 from rlobs.dashboards.alerts import precursor_rules, runbook_url
 from rlobs.dashboards.model import to_yaml
 from rlobs.dashboards.observe import LocalPrometheus
+from rlobs.failures import FAILURES
 
 from ..dashboards.conftest import need
 from .replay import emit_step
@@ -47,10 +50,11 @@ def _rules_file(path: Path) -> Path:
     return path
 
 
-def _replay(rec, run: dict, stop: threading.Event) -> None:
+def _replay(rec, run: dict, stop: threading.Event, times: list[float]) -> None:
     for row in run["steps"]:
         if stop.is_set():
             return
+        times.append(time.time())  # wall time each step was emitted: which step an alert went active at
         emit_step(rec, row, correction_cap=run.get("correction_cap"))
         stop.wait(PERIOD)
 
@@ -63,13 +67,14 @@ def replayed(tmp_path_factory):
     dirs = {name: base / name for name in data["runs"]}
     stop = threading.Event()
     recs, threads = {}, []
+    times: dict[str, list[float]] = {name: [] for name in data["runs"]}
     with LocalPrometheus(list(dirs.values()), port=0, scrape_interval="1s",
                          rules_file=_rules_file(base / "rules.yaml")) as prom:
         try:
             for name, run in data["runs"].items():
                 recs[name] = rlobs.init(dirs[name], component="trainer", rank=0, run_id=f"ew-{name}",
                                         set_global=False, flush_interval=0.2)
-                threads.append(threading.Thread(target=_replay, args=(recs[name], run, stop), daemon=True))
+                threads.append(threading.Thread(target=_replay, args=(recs[name], run, stop, times[name]), daemon=True))
             up_by = time.monotonic() + 60  # file_sd is re-read every 5 s: replay once every target is scraped
             while time.monotonic() < up_by and len(prom.query('up{run=~"ew-.*"} == 1')) < len(recs):
                 time.sleep(0.5)
@@ -85,11 +90,11 @@ def replayed(tmp_path_factory):
                     run = a["labels"].get("run", "").removeprefix("ew-")
                     if run in seen and a.get("state") == "firing":
                         seen[run].add(a["labels"]["alertname"])
-                        alerts[(run, a["labels"]["alertname"])] = a
+                        alerts.setdefault((run, a["labels"]["alertname"]), a)  # the first firing: its activeAt
                 if all(t.is_alive() is False for t in threads) and _expected_seen(data, seen):
                     break
                 time.sleep(0.5)
-            yield data, seen, alerts
+            yield data, seen, alerts, times
         finally:
             stop.set()
             for t in threads:
@@ -107,7 +112,7 @@ def _name(fid: str) -> str:
 
 
 def test_every_precursor_alert_fires_on_a_real_collapse_run(replayed):
-    data, seen, alerts = replayed
+    data, seen, alerts, _ = replayed
     for run, r in data["runs"].items():
         for fid in r.get("expect", []):
             assert _name(fid) in seen[run], f"{fid} did not fire on {run} ({r['what']}); fired: {sorted(seen[run])}"
@@ -124,7 +129,27 @@ def test_every_precursor_alert_fires_on_a_real_collapse_run(replayed):
 
 
 def test_no_precursor_alert_on_the_healthy_run(replayed):
-    data, seen, _ = replayed
+    data, seen, _, _ = replayed
     for run, r in data["runs"].items():
         if r["class"] == "healthy":
             assert not {n for n in seen[run] if n.startswith("RlobsPrecursor")}, f"{run}: {sorted(seen[run])}"
+
+
+def _step_at(times: list[float], rfc3339: str) -> int:
+    """The replay step whose emission last preceded ``rfc3339`` (an alert's activeAt)."""
+    stamp = re.sub(r"(\.\d{6})\d*", r"\1", rfc3339.replace("Z", "+00:00"))
+    at = datetime.fromisoformat(stamp).timestamp()
+    return max((i for i, t in enumerate(times) if t <= at), default=-1)
+
+
+def test_oversized_updates_fire_live_from_the_first_steps(replayed):
+    """The first-steps leg, live: on the reward-hacking run (lr 7e-4, 0.05+ nats/token per update from step 0; the
+    doctor's leg that waits for learning warns at step 18 there, its first-steps leg at 4) the alert goes active
+    within the first ``early_steps`` steps, which only that leg can do."""
+    data, _, alerts, times = replayed
+    run = "reward-hacking-s0"
+    early = FAILURES["precursor-oversized-updates"].thresholds["early_steps"]
+    a = alerts.get((run, _name("precursor-oversized-updates")))
+    assert a is not None, f"no oversized-updates alert on {run}"
+    step = data["runs"][run]["steps"][_step_at(times[run], a["activeAt"])]["step"]
+    assert step < early, (step, a["activeAt"])

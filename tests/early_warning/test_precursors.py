@@ -231,6 +231,37 @@ def test_large_steps_on_a_policy_that_has_not_narrowed_are_quiet(tmp_path):
         del DATA["runs"]["_blind"]
 
 
+EARLY_RUN = "lr-too-high-s5"  # lr 1.5e-3: 0.05-0.2 nats/token per update from step 0 (healthy lr: 0.001-0.006)
+
+
+@pytest.mark.skipif(EARLY_RUN not in DATA["runs"], reason="no extracted lr-too-high run")
+def test_oversized_updates_from_the_first_steps_are_the_lrs_size(tmp_path):
+    """The first-steps leg: 4 of 5 updates over ``early_kl_above`` inside the run's first ``early_steps`` steps warn
+    with no learning or entropy guard, at the first window that shows it (recomputed from the extracted steps), far
+    ahead of the drop. It is the run's own first steps: a doctor asked from step 15 on does not take those for
+    them, and the healthy runs' first steps (0.001-0.006 nats/token) are nowhere near it."""
+    run = DATA["runs"][EARLY_RUN]
+    th = FAILURES[OVERSIZED].thresholds
+    w = int(th["window"])
+    rec = rlobs.open_run(_record(tmp_path, EARLY_RUN))
+    (f,) = diagnose(rec, rule_ids=[OVERSIZED]).findings
+    kl = [(r["step"], r["policy_kl"]) for r in run["steps"]]
+
+    def fires(i: int) -> bool:
+        return sum(v > th["early_kl_above"] for _, v in kl[i - w + 1:i + 1]) >= th["min_steps"]
+
+    first = next(kl[i][0] for i in range(w - 1, len(kl)) if fires(i))
+    assert f.first_step == first < kl[0][0] + th["early_steps"] and "from the run's first steps" in f.title
+    assert run["drop_step"] - f.first_step >= 5
+    assert {e.metric for e in f.evidence} >= {"train_step.policy_kl", "train_step.lr", "expected time to impact"}
+    later = diagnose(rec, rule_ids=[OVERSIZED], since_step=15).findings
+    assert all("first steps" not in g.title for g in later)
+    for name, r in DATA["runs"].items():
+        if r["class"] == "healthy":
+            head = [x["policy_kl"] for x in r["steps"][:int(th["early_steps"])] if x.get("policy_kl") is not None]
+            assert sum(v > th["early_kl_above"] for v in head) < th["min_steps"], name
+
+
 HELDOUT_RUN = "lr-too-high-s5"  # learned held out (0.16 -> 0.42) while its training reward's median barely moved
 
 
@@ -242,15 +273,19 @@ def test_a_run_that_learned_held_out_only_still_has_something_to_lose(tmp_path):
     run = DATA["runs"][HELDOUT_RUN]
     th = FAILURES[OVERSIZED].thresholds
     rec = rlobs.open_run(_record(tmp_path, HELDOUT_RUN))
-    (f,) = diagnose(rec, rule_ids=[OVERSIZED]).findings
-    assert f.first_step < run["drop_step"] and "held-out success +" in f.title
+    (first,) = diagnose(rec, rule_ids=[OVERSIZED]).findings  # since the first-steps leg: its updates from step 0
+    assert first.first_step < run["drop_step"] and "from the run's first steps" in first.title
+    no_early = {"early_steps": 0}  # the leg that needs the run to have learned, alone
+    (f,) = diagnose(rec, rule_ids=[OVERSIZED], thresholds={OVERSIZED: no_early}).findings
+    assert first.first_step < f.first_step < run["drop_step"] and "held-out success +" in f.title
     held = {e.metric: e for e in f.evidence}["held-out success (best gain over the first evaluation)"]
     assert held.observed >= th["heldout_gain"] == held.threshold
-    off = diagnose(rec, rule_ids=[OVERSIZED], thresholds={OVERSIZED: {"heldout_gain": math.inf}})
+    off = diagnose(rec, rule_ids=[OVERSIZED], thresholds={OVERSIZED: {**no_early, "heldout_gain": math.inf}})
     assert not off.findings
     DATA["runs"]["_no_evals"] = {**run, "steps": [{k: v for k, v in r.items() if k != "heldout"} for r in run["steps"]]}
     try:
-        assert not diagnose(rlobs.open_run(_record(tmp_path, "_no_evals")), rule_ids=[OVERSIZED]).findings
+        assert not diagnose(rlobs.open_run(_record(tmp_path, "_no_evals")), rule_ids=[OVERSIZED],
+                            thresholds={OVERSIZED: no_early}).findings
     finally:
         del DATA["runs"]["_no_evals"]
 
@@ -264,13 +299,18 @@ def test_oversized_updates_on_a_loophole_name_the_grader(tmp_path):
     held-out success the finding says so and puts auditing the grader first. A learning-rate collapse whose held-out
     success keeps up with its training reward (lr-too-high seed 5) gets no such line."""
     run = DATA["runs"][HACK_RUN]
-    (f,) = diagnose(rlobs.open_run(_record(tmp_path, HACK_RUN)), rule_ids=[OVERSIZED]).findings
+    rec = rlobs.open_run(_record(tmp_path, HACK_RUN))
+    (first,) = diagnose(rec, rule_ids=[OVERSIZED]).findings  # its updates are large from step 0 (lr 7e-4)
+    assert first.first_step < run["drop_step"] and "from the run's first steps" in first.title
+    # the leg that waits for learning is the one that can see the gap; the first steps' leg has no gap to show yet
+    (f,) = diagnose(rec, rule_ids=[OVERSIZED], thresholds={OVERSIZED: {"early_steps": 0}}).findings
     assert f.first_step < run["drop_step"]
     gap = {e.metric: e for e in f.evidence}["training reward over held-out success"]
     assert gap.observed >= FAILURES[OVERSIZED].thresholds["hacking_gap"] == gap.threshold
     assert "reward hacking" in f.root_cause and f.remediation[0].startswith("audit the grader")
     if HELDOUT_RUN in DATA["runs"]:
-        (g,) = diagnose(rlobs.open_run(_record(tmp_path, HELDOUT_RUN)), rule_ids=[OVERSIZED]).findings
+        (g,) = diagnose(rlobs.open_run(_record(tmp_path, HELDOUT_RUN)), rule_ids=[OVERSIZED],
+                        thresholds={OVERSIZED: {"early_steps": 0}}).findings
         assert "training reward over held-out success" not in {e.metric for e in g.evidence}
         assert "reward hacking" not in g.root_cause and g.remediation[0].startswith("lower the learning rate")
 

@@ -33,7 +33,9 @@ policy, nats per token) over ``kl_above`` while the entropy over the same steps 
 the run's first ``baseline`` steps and the reward has climbed ``reward_gain`` above them (or held-out success
 ``heldout_gain`` over its first evaluation): an lr that is too high is too high from its first step, so there is no
 in-run baseline to drift from, and large steps on a policy that has not narrowed or learned are how an untrained
-policy moves. Thresholds
+policy moves, up to a size: its first-steps leg warns, with no guard, when ``min_steps`` of ``window`` updates
+inside the run's first ``early_steps`` steps are over ``early_kl_above`` (several times what any run that learns
+moves in one step: the lr's own size). Thresholds
 come from the failure table (``rlobs.failures``), chosen on the calibration runs of ``bench/early_warning.py``
 and reported on other seeds (README, "Early warning").
 """
@@ -392,7 +394,9 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     ``reward_gain`` (medians of the same steps against the medians of the first ``baseline`` steps) or its best
     held-out evaluation so far is ``heldout_gain`` over the first (a training reward can hide learning). Large steps on an untrained policy are how it moves (and a run that never learned has
     nothing to lose: no-learning's business); large steps on a policy that has found its answers throw it off them.
-    Quiet without ``policy_kl`` (insufficient data). Thresholds: the failure table (rlobs.failures)."""
+    From the run's first step, updates over ``early_kl_above`` (``min_steps`` of ``window`` within ``early_steps``
+    steps) warn without those guards: no policy that learns moves that far per step. Quiet without ``policy_kl``
+    (insufficient data). Thresholds: the failure table (rlobs.failures)."""
     kl = series(ctx, "policy_kl")
     if not kl:
         return Insufficient("no train_step.policy_kl (how far each update moved the policy; schema 1.5, "
@@ -409,6 +413,16 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     r_early = [reward[s] for s, _ in kl[:k] if s in reward]
     r0 = statistics.median(r_early) if r_early else None
     held = heldout(ctx)
+    # the first-steps leg: the run's own first step, not the first one a --since-step window shows
+    start = ctx.scalar("SELECT min(step) FROM train_step WHERE step IS NOT NULL AND isfinite(policy_kl)")
+    early_end = (start if start is not None else kl[0][0]) + th.get("early_steps", 0) - 1
+    for i in range(w - 1, len(kl)):
+        last = kl[i - w + 1:i + 1]
+        if last[-1][0] > early_end:
+            break
+        over = sum(v > th["early_kl_above"] for _, v in last)
+        if over >= th["min_steps"]:
+            return [_oversized_from_start(ctx, th, last, over)]
     for i in range(max(w, k) - 1, len(kl)):
         last = kl[i - w + 1:i + 1]
         level = statistics.median(v for _, v in last)
@@ -478,6 +492,39 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                          "rlobs doctor RUN --rule precursor-entropy-decline --rule precursor-grad-norm-drift"],
         )]
     return []
+
+
+def _oversized_from_start(ctx: RunContext, th: Mapping[str, float], last: Series, over: int) -> Finding:
+    """The first-steps leg of ``precursor-oversized-updates``: updates this large before the policy could have
+    learned anything are the learning rate's size, not a sharpened policy's tail."""
+    step, w = last[-1][0], len(last)
+    level = statistics.median(v for _, v in last)
+    lr_now = dict(series(ctx, "lr")).get(step)
+    low, high = th["early_impact_steps_low"], th["early_impact_steps_high"]
+    ev = [Evidence("train_step.policy_kl", round(level, 6), th["early_kl_above"], (last[0][0], step),
+                   f"median of the last {w} steps, {over} of them over {th['early_kl_above']:g}, within the run's "
+                   f"first {th['early_steps']:g} steps: nats per token each update moves the policy (KL before || "
+                   "after, re-scored samples); a learning run moves it ~0.001-0.006 per step"),
+          Evidence("expected time to impact", f"{low:g}-{high:g} steps", None, None,
+                   "held-out success or the training reward fell this many steps after such first steps in "
+                   "bench/early_warning.py's learning-rate runs")]
+    if lr_now is not None:
+        ev.insert(1, Evidence("train_step.lr", lr_now, None, None, "the learning rate at the warning"))
+    return Finding(
+        rule=OVERSIZED, severity=Severity.WARNING,
+        title=(f"early warning: {over} of the last {w} updates moved the policy > {th['early_kl_above']:g} "
+               f"nats/token (median {level:.3g}) from the run's first steps (by step {step}); a learning-rate "
+               f"collapse expected within {low:g}-{high:g} steps"),
+        first_step=step, last_step=step, evidence=ev,
+        root_cause=("the learning rate (or the warm-up's start) is too high for this model: from its first steps "
+                    "every optimiser step moves the policy tens of times further than a run that learns, and "
+                    "such a run learns a little, then is thrown off what it found"),
+        confidence=0.6,
+        remediation=["lower the learning rate (e.g. /3-/5) and restart, or resume from a checkpoint before the "
+                     "warning",
+                     "keep each update small: per-token policy KL per step around 1e-3 is where the healthy runs "
+                     "of the bench sit (PPO's target_kl / early stopping bounds the same number)",
+                     "rlobs doctor RUN --rule precursor-grad-norm-drift"])
 
 
 HACKING = "precursor-reward-hacking"
