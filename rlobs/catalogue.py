@@ -47,6 +47,13 @@ DEFAULT_BUCKETS = {
 }
 
 
+# scalar names read as held-out success (exact match on prompts the run never trains on) and as the training reward's
+# excess over an audit grader on the same samples: the canonical rlobs/ name any trainer can log, and trainer_ref's.
+# The doctor's precursor rules and the live gauges read the same names
+HELDOUT_SCALARS = ("rlobs/heldout_success", "eval_reward_mean")
+AUDIT_SCALARS = ("rlobs/grader_audit_gap", "grader_audit_gap")
+
+
 @dataclass(frozen=True, slots=True)
 class Source:
     """How events feed a metric."""
@@ -55,7 +62,7 @@ class Source:
     op: str  # count | sum | set | observe
     field: str | None = None  # value field; None for count
     labels: Mapping[str, str] = dc_field(default_factory=dict)  # metric label -> event field
-    where: Mapping[str, Any] = dc_field(default_factory=dict)  # event field -> required value
+    where: Mapping[str, Any] = dc_field(default_factory=dict)  # event field -> required value (a tuple: any of them)
     scale: float = 1.0  # value multiplier (e.g. 1e-9 for ns -> s)
     finite_only: bool = False  # "set": keep the last finite value (a NaN means "no tokens", not a reading)
     # "set": no series until an event carries a value (where the default 0 of an unset gauge would be a claim:
@@ -315,14 +322,14 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("rlobs_reference_kl", "gauge", "1", "Mean per-token KL to the reference policy (k3) on the last batch.",
        (), S("train_step", "set", "kl", finite_only=True)),
     _m("rlobs_heldout_success", "gauge", "1",
-       "Held-out success of the last evaluation (exact match on prompts the run never trains on; trainer_ref's "
-       "scalar eval_reward_mean).", (),
-       S("scalar", "set", "value", where={"name": "eval_reward_mean"}, finite_only=True, absent_until_set=True)),
+       "Held-out success of the last evaluation (exact match on prompts the run never trains on; scalar "
+       "rlobs/heldout_success, or trainer_ref's eval_reward_mean).", (),
+       S("scalar", "set", "value", where={"name": HELDOUT_SCALARS}, finite_only=True, absent_until_set=True)),
     _m("rlobs_grader_audit_gap", "gauge", "1",
        "The training reward's excess over an audit grader (an exact check) on the same training samples, last "
-       "graded batch (trainer_ref's scalar grader_audit_gap): a shaped reward's partial credit shrinks as the "
+       "graded batch (scalar rlobs/grader_audit_gap, or trainer_ref's grader_audit_gap): a shaped reward's partial credit shrinks as the "
        "policy learns, a loophole's grows.", (),
-       S("scalar", "set", "value", where={"name": "grader_audit_gap"}, finite_only=True, absent_until_set=True)),
+       S("scalar", "set", "value", where={"name": AUDIT_SCALARS}, finite_only=True, absent_until_set=True)),
     _m("rlobs_policy_update_kl", "gauge", "1",
        "How far the last optimiser step moved the policy: KL(before || after) per token on the step's re-scored "
        "samples (k3; weighted by p_before / p_behaviour when an older policy sampled them).", (),

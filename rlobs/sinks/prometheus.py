@@ -82,7 +82,7 @@ class _Route:
         self.value_field = src.field
         self.value_index = _ENVELOPE_INDEX.get(src.field or "", 0)
         self.label_fields = tuple(src.labels[name] for name in spec.labels)
-        self.where = tuple(src.where.items())
+        self.where = tuple((k, v, isinstance(v, tuple)) for k, v in src.where.items())  # a tuple: any of them
         self.scale = src.scale
         self.finite_only = src.finite_only
         self.absent_until_set = src.absent_until_set
@@ -92,8 +92,8 @@ class _Route:
 
     def apply(self, event: tuple) -> None:
         fields = event[6]
-        for k, v in self.where:
-            if fields.get(k) != v:
+        for k, v, any_of in self.where:
+            if (fields.get(k) not in v) if any_of else (fields.get(k) != v):
                 return
         if self.absent_until_set and fields.get(self.value_field) is None and not self.children:
             return  # no value yet: no series (an unset gauge would read 0)

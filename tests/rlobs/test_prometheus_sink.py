@@ -101,6 +101,28 @@ def test_a_correction_cap_nobody_gave_is_absent_not_zero(prom_rec):
     assert {k[0]: v for k, v in _samples(_scrape(rec.metrics_url)).items()}["rlobs_importance_correction_cap"] == 0.0
 
 
+def test_held_out_success_and_audit_gap_gauges_read_every_name_the_doctor_reads(prom_rec):
+    """The canonical rlobs/ scalar names (what other trainers log, or `rlobs follow` imports) feed the live
+    reward-hacking alert's gauges as trainer_ref's names do: the doctor reads both (rlobs.catalogue); another
+    scalar does not touch them."""
+    rec = prom_rec
+
+    def gauges() -> dict[str, float]:
+        assert rec.flush()
+        return {k[0]: v for k, v in _samples(_scrape(rec.metrics_url)).items()
+                if k[0] in ("rlobs_heldout_success", "rlobs_grader_audit_gap")}
+
+    rec.emit("scalar", name="eval_loss", value=0.9, source="x")
+    assert gauges() == {}  # absent until one of their names is logged
+    rec.emit("scalar", name="rlobs/heldout_success", value=0.41, source="verl")
+    rec.emit("scalar", name="rlobs/grader_audit_gap", value=0.05, source="verl")
+    assert gauges() == {"rlobs_heldout_success": 0.41, "rlobs_grader_audit_gap": 0.05}
+    rec.emit("scalar", name="eval_reward_mean", value=0.5, source="trainer_ref")
+    rec.emit("scalar", name="grader_audit_gap", value=0.07, source="trainer_ref")
+    rec.emit("scalar", name="rlobs/heldout_successes", value=0.9, source="x")  # not a prefix match
+    assert gauges() == {"rlobs_heldout_success": 0.5, "rlobs_grader_audit_gap": 0.07}
+
+
 def test_events_become_catalogue_metrics_with_exact_values(prom_rec):
     rec = prom_rec
     for lat, outcome in [(0.2, "ok"), (0.4, "ok"), (7.0, "timeout")]:

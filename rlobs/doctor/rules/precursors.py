@@ -47,6 +47,7 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from rlobs.catalogue import AUDIT_SCALARS, HELDOUT_SCALARS
 from rlobs.detect import Drift, DriftDetector
 from rlobs.doctor.context import RunContext, finite
 from rlobs.doctor.model import (
@@ -90,11 +91,11 @@ def series(ctx: RunContext, name: str) -> Series:
 
 
 # held-out success (exact-match on prompts the run never trains on): trainer_ref's evaluations, or the canonical name
-HELDOUT_SCALARS = ("rlobs/heldout_success", "eval_reward_mean")
+# (rlobs.catalogue.HELDOUT_SCALARS: the live gauge rlobs_heldout_success reads the same names)
 
 
 # the training reward's excess over an audit grader on the same samples (trainer_ref: --audit-grader, exact by default)
-AUDIT_SCALARS = ("rlobs/grader_audit_gap", "grader_audit_gap")
+# (rlobs.catalogue.AUDIT_SCALARS, as the gauge rlobs_grader_audit_gap)
 
 
 def _scalars(ctx: RunContext, key: str, names: tuple[str, ...]) -> Series:
