@@ -126,9 +126,10 @@ def _value(field_type: str, x: float, step: int):
 # findings whose condition is literally true of an all-zero / constant record (not a division artefact)
 LEGIT = {
     0.0: {"no-gradient"},  # grad norm exactly 0 on every step IS the no-gradient finding
-    # every group zero-std, every response truncated, |dlogp| = 1 (absolute bars), calls 1 s old at a 1 s deadline
+    # every group zero-std, every response truncated, |dlogp| = 1 (absolute bars), calls 1 s old at a 1 s deadline,
+    # every update moving the policy 1 nat/token from the first step (the oversized-updates first-steps leg's bar)
     1.0: {"advantage-zero-std-groups", "response-length-clipped", "advantage-denominator-collapse", "parity-drift",
-          "grader-hung"},
+          "grader-hung", "precursor-oversized-updates"},
 }
 
 
