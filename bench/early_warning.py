@@ -83,7 +83,10 @@ MIXED_CALIBRATION_SEEDS = (0, 1, 2)  # their held-out seeds are all in HELDOUT_E
 # reward hacking with the flawed 'verbose' grader at lr 1e-3 (held-out 0.22 -> 0.67: the loophole was not found),
 # entropy collapse by sampling at T 0.5 at lr 1e-3 (held-out 0.27 -> 0.73), T 0.3 / 0.2 at lr 3e-4 for 60 steps
 # (0.43 -> 0.84, 0.54 -> 0.83: the zero-std share rises to 0.6-0.9, learning does not fall; with the rule grader on
-# the 90 % chain mix 0.43 -> 0.77, 0.54 -> 0.81); and lr 3e-3 / 1e-2 collapse within the first 5 steps (held-out
+# the 90 % chain mix 0.43 -> 0.77, 0.54 -> 0.81); T 0.3 at lr 7e-4 / 1e-3, 60 steps, seed 0 (thirteenth session):
+# held-out 0.43 -> 0.75 at step 5, then noise around 0.55 to 0.42 / a slow slide to 0.36, zero-std share 0.5-1.0
+# from step 6, entropy 0.92 -> 0.45 / erratic 0.5-1.8 (T 0.5 and T 1 at 7e-4 learned to 0.81 / 0.67): a stall, not
+# an entropy collapse; and lr 3e-3 / 1e-2 collapse within the first 5 steps (held-out
 # 0.22 -> 0.05 / 0.0 at the first evaluation): no room for a warning before the drop.
 HEALTHY = [*SYNC, "--lr", "3e-4"]
 # healthy separate_async (importance correction on, max staleness 2): the control with a nonzero truncation share
