@@ -69,6 +69,15 @@ class Source:
     # a correction cap of 0 reads "no correction")
     absent_until_set: bool = False
 
+    def matches(self, fields: Mapping[str, Any]) -> bool:
+        """Whether an event's fields pass ``where`` (a tuple value: any of them)."""
+        return all((fields.get(k) in v) if isinstance(v, tuple) else fields.get(k) == v
+                   for k, v in self.where.items())
+
+    def example_where(self) -> dict[str, Any]:
+        """One field assignment that passes ``where`` (a tuple's first value): for emitting a matching event."""
+        return {k: v[0] if isinstance(v, tuple) else v for k, v in self.where.items()}
+
 
 @dataclass(frozen=True, slots=True)
 class MetricSpec:

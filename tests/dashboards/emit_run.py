@@ -205,14 +205,14 @@ class Run:
         for spec in self._uncovered:
             assert spec.source is not None
             fields = {f.name: _sample_value(f.type) for f in KINDS[spec.source.kind].fields}
-            fields.update(spec.source.where)
+            fields.update(spec.source.example_where())
             self.emit(self.trainers[0], spec.source.kind, **fields)
 
     def _fed(self, spec: MetricSpec) -> bool:
         src = spec.source
         assert src is not None
         for kind, fields in self.emitted:
-            if kind != src.kind or any(fields.get(k) != v for k, v in src.where.items()):
+            if kind != src.kind or not src.matches(fields):
                 continue
             if src.field is None or src.field in ("ts_ns", "mono_ns", "step", "policy_version") \
                     or fields.get(src.field) is not None:

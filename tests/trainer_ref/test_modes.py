@@ -66,7 +66,9 @@ def expected_families(rec: object, before_ns: int) -> set[str]:
         src = spec.source
         if src is None:
             continue
-        conds = [f"ts_ns < {before_ns}"] + [f"{k} = {_sql_lit(v)}" for k, v in src.where.items()]
+        conds = [f"ts_ns < {before_ns}"] + [
+            f"{k} in ({', '.join(map(_sql_lit, v))})" if isinstance(v, tuple) else f"{k} = {_sql_lit(v)}"
+            for k, v in src.where.items()]
         if src.field and src.field != "ts_ns":
             conds.append(f"{src.field} is not null")
         try:
