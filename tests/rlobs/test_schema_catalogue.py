@@ -69,3 +69,17 @@ def test_catalogue_is_consistent():
         "rlobs_grader_latency_seconds_bucket", "rlobs_grader_latency_seconds_sum", "rlobs_grader_latency_seconds_count")
     with pytest.raises(ValueError, match="unknown metric"):
         catalogue.metric("rlobs_nope")
+
+
+def test_a_where_tuple_means_any_of_its_values_for_every_reader():
+    src = Source("scalar", "set", "value", where={"name": ("rlobs/heldout_success", "eval_reward_mean")})
+    assert src.matches({"name": "rlobs/heldout_success"}) and src.matches({"name": "eval_reward_mean"})
+    assert not src.matches({"name": "reward_mean"}) and not src.matches({})
+    scalar = Source("grader_call", "count", where={"outcome": "timeout"})
+    assert scalar.matches({"outcome": "timeout"}) and not scalar.matches({"outcome": "ok"})
+    assert src.example_where() == {"name": "rlobs/heldout_success"}
+    # every catalogue source: its example event passes its own filter, and no tuple is empty (it would match nothing)
+    for m in catalogue.METRICS:
+        if m.source is not None:
+            assert all(v != () for v in m.source.where.values()), m.name
+            assert m.source.matches(m.source.example_where()), m.name
