@@ -142,6 +142,11 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # every record seen so far (they become calibration for it; the lr 7e-4 controls reach 0.04), frozen before lr-too-high seeds
 # 40-49, honest-grader controls 18-23, healthy sync 46-55 and healthy-rule-chain 4-7 are scored (40 steps, their
 # number fixed here). Scored once with every rule; every warning on a healthy run or a control without a drop counts
+# Sixteenth check (3 Dec 2026, registered before any of these runs was trained): the fifteenth run's six honest-grader
+# controls (seeds 18-23) continued to 60 steps, as in the eleventh check (sync --deterministic; first 40 training
+# rewards checked against bench/results/early_warning_run15.json). The one warning without a drop, s23 at step 15,
+# counts as confirmed if the bench's drop comes within the finding's stated 6-32 steps after it (21-47), otherwise
+# as false; the other seeds tell how often this setting falls by 60 steps. The 40-step tables are not rescored
 HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 50)), "kl-blow-up": tuple(range(10, 20)),
                                              "lr-warmup-too-high": (10, 11, 12, 13, 14, 15, 16, 17),
                                              "staleness-no-is": tuple(range(10, 26)),
