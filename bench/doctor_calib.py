@@ -121,6 +121,11 @@ full = False
 # fourth and fifth passes (seeds 700-739 and 900-939: development data now), the grad_spike fault became a multiple
 # of the recent median norm and near_zero_std's delay counts from the first step it acts (``acted``); fresh:
 # healthy 1100-1139, faults 1200+, main 25-29.
+# Seventh check (3 Dec 2026, registered before any of its runs was recorded): every early-warning change since the
+# sixth pass (precursor-kl-creep's rate bar, precursor-oversized-updates' first-steps leg, the reward-hacking audit
+# leg) was chosen on bench/early_warning.py's tiny-packed runs, never on `tiny`. Fresh healthy seeds 1500-1539
+# (`run --split heldout --only healthy --full --fresh-seeds 1500 --match=-s15`), recorded with the doctor as
+# committed and scored once: every warning on a run that did not degenerate counts against the 0-warnings bar
 DEV_SEEDS = (*range(400, 470), *range(600, 640), *range(700, 740), *range(900, 940))
 FRESH_SEEDS = range(1100, 1140)
 FAULT_SEED_BASE = 1200  # held-out fault runs: 1200 + j (third pass: 500 + j, fourth: 800 + j, fifth: 1000 + j)
