@@ -126,6 +126,9 @@ full = False
 # leg) was chosen on bench/early_warning.py's tiny-packed runs, never on `tiny`. Fresh healthy seeds 1500-1539
 # (`run --split heldout --only healthy --full --fresh-seeds 1500 --match=-s15`), recorded with the doctor as
 # committed and scored once: every warning on a run that did not degenerate counts against the 0-warnings bar
+# Eighth check (3 Dec 2026): the seventh's seeds 1500-1539 are calibration for the first-steps leg's persistence
+# (bench/early_warning.py, seventeenth run); fresh healthy seeds 1600-1639 (`--fresh-seeds 1600 --match=-s16`),
+# registered before recording, scored once with the leg as frozen
 DEV_SEEDS = (*range(400, 470), *range(600, 640), *range(700, 740), *range(900, 940))
 FRESH_SEEDS = range(1100, 1140)
 FAULT_SEED_BASE = 1200  # held-out fault runs: 1200 + j (third pass: 500 + j, fourth: 800 + j, fifth: 1000 + j)

@@ -147,7 +147,14 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # rewards checked against bench/results/early_warning_run15.json). The one warning without a drop, s23 at step 15,
 # counts as confirmed if the bench's drop comes within the finding's stated 6-32 steps after it (21-47), otherwise
 # as false; the other seeds tell how often this setting falls by 60 steps. The 40-step tables are not rescored
-HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 50)), "kl-blow-up": tuple(range(10, 20)),
+# Seventeenth run (3 Dec 2026, registered before any of its runs was trained): doctor_calib's seventh check
+# (bench/results/doctor_calib_check7_s1500.json) found the first-steps leg warning on 9 of 31 fresh healthy `tiny`
+# runs: 4 at tiny's default lr 1e-3, whose updates are 0.03-0.3 nats/token for a few steps after Adam's first and
+# then decay, and 5 at lr 3e-3. The leg gets a persistence (most of a 10-step window, not 4 of 5), chosen on those
+# 40 runs, this run's lr-too-high seeds 40-49 re-trained (the same runs: sync --deterministic) and the sixteenth
+# check's controls, all calibration for it now; frozen before lr-too-high seeds 50-59 and healthy sync seeds 56-61
+# (40 steps) and doctor_calib's healthy seeds 1600-1639 (bench/doctor_calib.py) are scored, their number fixed here
+HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 60)), "kl-blow-up": tuple(range(10, 20)),
                                              "lr-warmup-too-high": (10, 11, 12, 13, 14, 15, 16, 17),
                                              "staleness-no-is": tuple(range(10, 26)),
                                              "staleness-no-is-lag4": tuple(range(3, 23)),
@@ -155,7 +162,7 @@ HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 50))
                                              "reward-hacking-control": tuple(range(8, 14)) + tuple(range(14, 18)) + tuple(range(18, 24))}
 # healthy seeds 22-27 (ninth run, 60 steps like its reward-hacking runs): added while those were training, before any
 # of the ninth run was scored
-HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 42)) + tuple(range(46, 56))}
+HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 42)) + tuple(range(46, 62))}
 HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 12))}
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are
