@@ -180,13 +180,24 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     # 11-35 steps after step 4. `tiny` at 3e-3 (the doctor_calib bench's third shape, counted healthy there when it
     # does not degenerate) moves 0.2-0.6 per update and warns at step 4; two seeds of it tried here lost held-out
     # success 0.09 -> 0.02 and 0.14 -> 0.02 in 20 steps: the warning is right, and doctor_calib's healthy table
-    # predates the leg. Frozen before the fifteenth run (bench/early_warning.py) was scored
+    # predates the leg. Frozen before the fifteenth run (bench/early_warning.py) was scored.
+    # Persistence (3 Dec 2026, seventeenth run): doctor_calib's seventh check (fresh healthy `tiny` seeds 1500-1539,
+    # bench/results/doctor_calib_check7_s1500.json) had the leg on 9 of the 31 that did not degenerate: 4 at tiny's
+    # default lr 1e-3 (the margin named above: its first updates are 0.05-0.3 after Adam's sign-like first steps, and
+    # decay to 0.01-0.03 by step ~5) and 5 at lr 3e-3 (each of them lost 20-50 % of its training reward; 9 more at
+    # 3e-3 degenerated). A too-high lr keeps its updates large: 8 of 10 over 0.04 inside the first 12 steps (windows
+    # ending at steps 9-11) is reached by 8 of the re-trained lr-too-high seeds 40-49 (the two others fell late, at
+    # 31 and 40, and the guarded leg warned them at 8-13), by none of the 26 tiny runs at 1e-3 (at most 6 of 10) and
+    # by none of the honest-grader controls (at most 2); the lr 3e-3 runs still pass it. Leads on seeds 40-49 from
+    # the new leg: 6-27. Chosen on those records (calibration for it now), frozen before the seventeenth run's
+    # fresh seeds are scored
     _f("precursor-oversized-updates", "warning", "1m",
        thresholds={"window": 5, "min_steps": 4, "baseline": 5, "kl_above": 0.015, "entropy_share_below": 0.8,
                    "reward_gain": 0.15, "heldout_gain": 0.15, "impact_steps_low": 6, "impact_steps_high": 32,
-                   # the first-steps leg (2 Dec 2026, fifteenth run): see the comment above
-                   "early_steps": 10, "early_kl_above": 0.05, "early_impact_steps_low": 10,
-                   "early_impact_steps_high": 35,
+                   # the first-steps leg (2 Dec 2026, fifteenth run; its persistence 3 Dec 2026, seventeenth run):
+                   # see the comment above
+                   "early_steps": 12, "early_window": 10, "early_min_steps": 8, "early_kl_above": 0.04,
+                   "early_impact_steps_low": 6, "early_impact_steps_high": 30,
                    # annotation only (the finding names a grader loophole when the training reward is this far
                    # above the last held-out evaluation; the rule-graded runs of the bench sit within 0.1 of it)
                    "hacking_gap": 0.3}),

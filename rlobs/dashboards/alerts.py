@@ -510,12 +510,17 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                  # stops or stalls, and one large last update would fill the window. The window must hold
                  # min_steps updates (min_steps - 1 changes of the gauge), as the doctor's rule counts steps
                  f"{on}({_over_time('changes', 'rlobs_policy_update_kl', recent)} >= {o['min_steps'] - 1:g})")
-    # the first-steps leg (the doctor's early_*): the same share of the window's updates over early_kl_above while the
-    # trainer has taken at most early_steps optimiser steps (a process restarted from a checkpoint counts again from
-    # 0: large steps right after a resume are as much the lr's size). No learning or entropy guard
-    early = (f"({_over_time('quantile_over_time', 'rlobs_policy_update_kl', recent, q=1 - o['min_steps'] / o['window'])}"
+    # the first-steps leg (the doctor's early_*): early_min_steps of early_window updates over early_kl_above (as a
+    # share of the window's readings) while the trainer has taken at most early_steps optimiser steps (a process
+    # restarted from a checkpoint counts again from 0: large steps right after a resume are as much the lr's size).
+    # No learning or entropy guard. The updates are read over the `history` window (a run's first steps are all
+    # inside it when a step takes under history / early_steps), which must hold early_min_steps of them; the gate
+    # below holds from the warning step to early_steps, and `for` must fit in that: steps of ~20 s to ~5 min (a
+    # faster or slower run gets the guarded branch only)
+    eq = 1 - o["early_min_steps"] / o["early_window"]
+    early = (f"({_over_time('quantile_over_time', 'rlobs_policy_update_kl', history, q=eq)}"
              f" > {o['early_kl_above']:g}){on}"
-             f"({_over_time('changes', 'rlobs_policy_update_kl', recent)} >= {o['min_steps'] - 1:g}){on}"
+             f"({_over_time('changes', 'rlobs_policy_update_kl', history)} >= {o['early_min_steps'] - 1:g}){on}"
              f"({_over_time('max_over_time', 'rlobs_train_steps_total', recent)} <= {o['early_steps']:g})")
     # the run has learned (as the doctor asks): its training reward climbed over its early level (the low decile of
     # the hour before), or its held-out success over the lowest evaluation before
@@ -638,7 +643,8 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             f"{o['kl_above']:g}) while its entropy "
             f"is under {o['entropy_share_below']:.0%} of its level in the {history} before and the training reward has "
             f"climbed by {o['reward_gain']:g}+ (or held-out success by {o['heldout_gain']:g}+), or over "
-            f"{o['early_kl_above']:g} within its first {o['early_steps']:g} steps (before anything was learned: the "
+            f"{o['early_kl_above']:g} in {o['early_min_steps'] / o['early_window']:.0%} of its updates within its first "
+            f"{o['early_steps']:g} steps (before anything was learned, and not only Adam's first few steps: the "
             "lr's own size): the learning rate is too high, "
             "the precursor of a collapse (the reward fell "
             f"{min(o['impact_steps_low'], o['early_impact_steps_low']):g}-"

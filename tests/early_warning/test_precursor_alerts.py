@@ -143,11 +143,11 @@ def _step_at(times: list[float], rfc3339: str) -> int:
 
 
 def test_oversized_updates_fire_live_from_the_first_steps(replayed):
-    """The first-steps leg, live: on the reward-hacking run (lr 7e-4, 0.05+ nats/token per update from step 0; the
-    doctor's leg that waits for learning warns at step 18 there, its first-steps leg at 4) the alert goes active
-    within the first ``early_steps`` steps, which only that leg can do."""
+    """The first-steps leg, live: on the lr-too-high run (lr 1.5e-3, 0.03-0.23 nats/token per update from step 0,
+    8 of its first 10 over 0.04; the doctor's first-steps leg warns at step 9) the alert goes active within the
+    first ``early_steps`` steps."""
     data, _, alerts, times = replayed
-    run = "reward-hacking-s0"
+    run = "lr-too-high-s5"
     early = FAILURES["precursor-oversized-updates"].thresholds["early_steps"]
     a = alerts.get((run, _name("precursor-oversized-updates")))
     assert a is not None, f"no oversized-updates alert on {run}"

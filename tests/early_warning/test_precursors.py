@@ -236,19 +236,21 @@ EARLY_RUN = "lr-too-high-s5"  # lr 1.5e-3: 0.05-0.2 nats/token per update from s
 
 @pytest.mark.skipif(EARLY_RUN not in DATA["runs"], reason="no extracted lr-too-high run")
 def test_oversized_updates_from_the_first_steps_are_the_lrs_size(tmp_path):
-    """The first-steps leg: 4 of 5 updates over ``early_kl_above`` inside the run's first ``early_steps`` steps warn
-    with no learning or entropy guard, at the first window that shows it (recomputed from the extracted steps), far
-    ahead of the drop. It is the run's own first steps: a doctor asked from step 15 on does not take those for
-    them, and the healthy runs' first steps (0.001-0.006 nats/token) are nowhere near it."""
+    """The first-steps leg: ``early_min_steps`` of ``early_window`` updates over ``early_kl_above`` inside the run's
+    first ``early_steps`` steps warn with no learning or entropy guard, at the first window that shows it
+    (recomputed from the extracted steps), ahead of the drop. It is the run's own first steps: a doctor asked from
+    step 15 on does not take those for them, and the healthy runs' first steps (0.001-0.006 nats/token) are nowhere
+    near it. The reward-hacking run at lr 7e-4 (large updates for a few steps after Adam's first, then 0.005-0.03,
+    as `tiny` at its default lr) does not pass it: a persistence, not a few large first steps."""
     run = DATA["runs"][EARLY_RUN]
     th = FAILURES[OVERSIZED].thresholds
-    w = int(th["window"])
+    w = int(th["early_window"])
     rec = rlobs.open_run(_record(tmp_path, EARLY_RUN))
     (f,) = diagnose(rec, rule_ids=[OVERSIZED]).findings
     kl = [(r["step"], r["policy_kl"]) for r in run["steps"]]
 
     def fires(i: int) -> bool:
-        return sum(v > th["early_kl_above"] for _, v in kl[i - w + 1:i + 1]) >= th["min_steps"]
+        return sum(v > th["early_kl_above"] for _, v in kl[i - w + 1:i + 1]) >= th["early_min_steps"]
 
     first = next(kl[i][0] for i in range(w - 1, len(kl)) if fires(i))
     assert f.first_step == first < kl[0][0] + th["early_steps"] and "from the run's first steps" in f.title
@@ -259,7 +261,37 @@ def test_oversized_updates_from_the_first_steps_are_the_lrs_size(tmp_path):
     for name, r in DATA["runs"].items():
         if r["class"] == "healthy":
             head = [x["policy_kl"] for x in r["steps"][:int(th["early_steps"])] if x.get("policy_kl") is not None]
-            assert sum(v > th["early_kl_above"] for v in head) < th["min_steps"], name
+            assert sum(v > th["early_kl_above"] for v in head) < th["early_min_steps"], name
+    hack = DATA["runs"].get(HACK_RUN)
+    if hack is not None:  # its first updates are large (0.06-0.21 at steps 1-4) and then shrink
+        assert not any("from the run's first steps" in g.title for g in
+                       diagnose(rlobs.open_run(_record(tmp_path, HACK_RUN)), rule_ids=[OVERSIZED]).findings)
+
+
+# policy_kl of a healthy `tiny` run at its default lr 1e-3 (bench.doctor_calib's seventh check, separate_async seed
+# 1514, 40 steps, not degenerated): Adam's first updates large (0.07-0.36 at steps 0-6), then 0.001-0.04 with
+# single spikes. The first-steps leg's 4 of 5 over 0.05 warned on it at step 4; a too-high lr keeps them large
+TINY_DEFAULT_LR_KL = [0.086, 0.0316, 0.0671, 0.2985, 0.0726, 0.0887, 0.3621, 0.0015, 0.0268, 0.0093, 0.0164, 0.2796,
+                      0.1896, 0.0376, 0.0038, 0.0101, 0.0027, 0.012, 0.0052, 0.0363, 0.0041, 0.0004, 0.064, 0.0042,
+                      0.0035, 0.0047, 0.0041, 0.0017, 0.0004, 0.0009, 0.0008, 0.0085, 0.0038, 0.003, 0.0024, 0.0036,
+                      0.0058, 0.0097, 0.0073, 0.003]
+
+
+@pytest.mark.skipif(EARLY_RUN not in DATA["runs"], reason="no extracted lr-too-high run")
+def test_a_few_large_first_updates_that_shrink_are_not_the_first_steps_leg(tmp_path):
+    """The real lr-too-high run's steps with the healthy tiny run's updates in place of its own (and its entropy
+    held at the first step's, so the guarded leg has nothing to say): no finding; with its own updates: the
+    first-steps leg."""
+    run = DATA["runs"][EARLY_RUN]
+    steps = [{**r, "entropy": run["steps"][0]["entropy"]} for r in run["steps"]]
+    DATA["runs"]["_own"] = {**run, "steps": steps}
+    DATA["runs"]["_tiny"] = {**run, "steps": [{**r, "policy_kl": v} for r, v in zip(steps, TINY_DEFAULT_LR_KL)]}
+    try:
+        (own,) = diagnose(rlobs.open_run(_record(tmp_path, "_own")), rule_ids=[OVERSIZED]).findings
+        assert "from the run's first steps" in own.title
+        assert not diagnose(rlobs.open_run(_record(tmp_path, "_tiny")), rule_ids=[OVERSIZED]).findings
+    finally:
+        del DATA["runs"]["_own"], DATA["runs"]["_tiny"]
 
 
 HELDOUT_RUN = "lr-too-high-s5"  # learned held out (0.16 -> 0.42) while its training reward's median barely moved
@@ -300,11 +332,10 @@ def test_oversized_updates_on_a_loophole_name_the_grader(tmp_path):
     success keeps up with its training reward (lr-too-high seed 5) gets no such line."""
     run = DATA["runs"][HACK_RUN]
     rec = rlobs.open_run(_record(tmp_path, HACK_RUN))
-    (first,) = diagnose(rec, rule_ids=[OVERSIZED]).findings  # its updates are large from step 0 (lr 7e-4)
-    assert first.first_step < run["drop_step"] and "from the run's first steps" in first.title
-    # the leg that waits for learning is the one that can see the gap; the first steps' leg has no gap to show yet
-    (f,) = diagnose(rec, rule_ids=[OVERSIZED], thresholds={OVERSIZED: {"early_steps": 0}}).findings
-    assert f.first_step < run["drop_step"]
+    # the leg that waits for learning is the one that can see the gap (the first steps' leg does not fire here: its
+    # large updates shrink after Adam's first steps)
+    (f,) = diagnose(rec, rule_ids=[OVERSIZED]).findings
+    assert f.first_step < run["drop_step"] and "from the run's first steps" not in f.title
     gap = {e.metric: e for e in f.evidence}["training reward over held-out success"]
     assert gap.observed >= FAILURES[OVERSIZED].thresholds["hacking_gap"] == gap.threshold
     assert "reward hacking" in f.root_cause and f.remediation[0].startswith("audit the grader")

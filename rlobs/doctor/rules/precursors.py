@@ -33,9 +33,9 @@ policy, nats per token) over ``kl_above`` while the entropy over the same steps 
 the run's first ``baseline`` steps and the reward has climbed ``reward_gain`` above them (or held-out success
 ``heldout_gain`` over its first evaluation): an lr that is too high is too high from its first step, so there is no
 in-run baseline to drift from, and large steps on a policy that has not narrowed or learned are how an untrained
-policy moves, up to a size: its first-steps leg warns, with no guard, when ``min_steps`` of ``window`` updates
-inside the run's first ``early_steps`` steps are over ``early_kl_above`` (several times what any run that learns
-moves in one step: the lr's own size). Thresholds
+policy moves, up to a size: its first-steps leg warns, with no guard, when ``early_min_steps`` of
+``early_window`` updates inside the run's first ``early_steps`` steps are over ``early_kl_above`` (the lr's own
+size: Adam's first few updates are large at any lr and then shrink; a too-high lr keeps them large). Thresholds
 come from the failure table (``rlobs.failures``), chosen on the calibration runs of ``bench/early_warning.py``
 and reported on other seeds (README, "Early warning").
 """
@@ -395,8 +395,9 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     ``reward_gain`` (medians of the same steps against the medians of the first ``baseline`` steps) or its best
     held-out evaluation so far is ``heldout_gain`` over the first (a training reward can hide learning). Large steps on an untrained policy are how it moves (and a run that never learned has
     nothing to lose: no-learning's business); large steps on a policy that has found its answers throw it off them.
-    From the run's first step, updates over ``early_kl_above`` (``min_steps`` of ``window`` within ``early_steps``
-    steps) warn without those guards: no policy that learns moves that far per step. Quiet without ``policy_kl``
+    From the run's first step, updates over ``early_kl_above`` (``early_min_steps`` of ``early_window`` within
+    ``early_steps`` steps) warn without those guards: a run that learns does not keep moving its policy that far step
+    after step (Adam's first few steps are large at any lr and then shrink; a too-high lr keeps them large). Quiet without ``policy_kl``
     (insufficient data). Thresholds: the failure table (rlobs.failures)."""
     kl = series(ctx, "policy_kl")
     if not kl:
@@ -417,12 +418,13 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     # the first-steps leg: the run's own first step, not the first one a --since-step window shows
     start = ctx.scalar("SELECT min(step) FROM train_step WHERE step IS NOT NULL AND isfinite(policy_kl)")
     early_end = (start if start is not None else kl[0][0]) + th.get("early_steps", 0) - 1
-    for i in range(w - 1, len(kl)):
-        last = kl[i - w + 1:i + 1]
+    ew, em = int(th.get("early_window", w)), th.get("early_min_steps", th["min_steps"])
+    for i in range(ew - 1, len(kl)):
+        last = kl[i - ew + 1:i + 1]
         if last[-1][0] > early_end:
             break
         over = sum(v > th["early_kl_above"] for _, v in last)
-        if over >= th["min_steps"]:
+        if over >= em:
             return [_oversized_from_start(ctx, th, last, over)]
     for i in range(max(w, k) - 1, len(kl)):
         last = kl[i - w + 1:i + 1]
