@@ -133,6 +133,10 @@ class MetricSpec:
                 raise ValueError(f"metric {n!r}: field {f!r} not in kind {s.kind!r}")
         if set(s.labels) != set(self.labels):
             raise ValueError(f"metric {n!r}: source labels {sorted(s.labels)} != labels {sorted(self.labels)}")
+        for k, v in s.where.items():
+            if isinstance(v, tuple) and not v:
+                raise ValueError(f"metric {n!r}: where {k!r} is an empty tuple (any of nothing): no event would "
+                                 "ever feed it; give the value, or the values any of which may match")
 
 
 def _m(name: str, type_: str, unit: str, help_: str, labels: tuple[str, ...] = (), source: Source | None = None,

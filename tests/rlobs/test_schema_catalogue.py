@@ -51,6 +51,8 @@ def test_schema_version_parsing():
      "needs value field"),
     (dict(name="rlobs_x", type="gauge", unit="1", help="h", labels=("queue",),
           source=Source("queue", "set", "depth")), "source labels"),
+    (dict(name="rlobs_x", type="gauge", unit="1", help="h", source=Source("scalar", "set", "value", where={"name": ()})),
+     "where 'name' is an empty tuple"),
 ])
 def test_metric_spec_mistakes_are_caught_when_defined(kwargs, message):
     with pytest.raises(ValueError, match=message):
