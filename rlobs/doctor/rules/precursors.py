@@ -418,13 +418,13 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     # the first-steps leg: the run's own first step, not the first one a --since-step window shows
     start = ctx.scalar("SELECT min(step) FROM train_step WHERE step IS NOT NULL AND isfinite(policy_kl)")
     early_end = (start if start is not None else kl[0][0]) + th.get("early_steps", 0) - 1
-    ew, em = int(th.get("early_window", w)), th.get("early_min_steps", th["min_steps"])
+    ew = int(th["early_window"])
     for i in range(ew - 1, len(kl)):
         last = kl[i - ew + 1:i + 1]
         if last[-1][0] > early_end:
             break
         over = sum(v > th["early_kl_above"] for _, v in last)
-        if over >= em:
+        if over >= th["early_min_steps"]:
             return [_oversized_from_start(ctx, th, last, over)]
     for i in range(max(w, k) - 1, len(kl)):
         last = kl[i - w + 1:i + 1]
