@@ -9,7 +9,7 @@ of ``precursor-oversized-updates`` (issue 18), which reads that size in absolute
 first steps): doctor_calib's healthy ``tiny`` runs of each 40-seed block (every mode, their shapes and lr; the
 shared Stack, like ``bench/doctor_calib.py``) and ``bench/early_warning.py``'s lr-too-high runs (``tiny-packed``,
 sync --deterministic: the identical runs). ``table`` writes, per run, the per-step update KL
-(``train_step.policy_kl``) and entropy, and what the committed first-steps leg says on them. Nothing here is a
+(``train_step.policy_kl``) and entropy, the run's lr, and what the committed first-steps leg says on them. Nothing here is a
 verdict: the seeds it reads have all been looked at (calibration data for the next registered run).
 """
 
@@ -70,19 +70,25 @@ def record(root: Path, blocks: list[int], lr_seeds: list[int], steps: int) -> No
 
 
 def _row(run_dir: Path, what: dict) -> dict:
+    """Per-step update KL and entropy of one record, the run's lr (its manifest), the median and the count over the
+    committed leg's bar in the leg's first window, and the step the committed rule first warns at."""
     import rlobs
     from rlobs.doctor.context import RunContext
+    from rlobs.doctor.model import registry
     from rlobs.doctor.rules.precursors import OVERSIZED, replay, series
 
+    th = registry()[OVERSIZED].thresholds
+    bar, w = th["early_kl_above"], int(th["early_window"])
     with rlobs.open_run(run_dir) as rec:
         ctx = RunContext(rec)
         kl, ent = series(ctx, "policy_kl"), dict(series(ctx, "entropy"))
         first = replay(ctx, [OVERSIZED])[OVERSIZED]
     vals = [v for _, v in kl]
-    return {**what, "policy_kl": [round(v, 5) for v in vals], "entropy": [round(ent.get(s, float("nan")), 4)
-                                                                          for s, _ in kl],
-            "median_first10": round(statistics.median(vals[:10]), 5) if len(vals) >= 10 else None,
-            "over_0.04_first10": sum(v > 0.04 for v in vals[:10]), "committed_leg_first_step": first}
+    lr = json.loads((run_dir / "manifest.json").read_text())["config"]["lr"]
+    return {**what, "lr": lr, "policy_kl": [round(v, 5) for v in vals],
+            "entropy": [round(ent.get(s, float("nan")), 4) for s, _ in kl], "early_kl_above": bar, "early_window": w,
+            "median_first_window": round(statistics.median(vals[:w]), 5) if len(vals) >= w else None,
+            "over_bar_first_window": sum(v > bar for v in vals[:w]), "committed_leg_first_step": first}
 
 
 def table(root: Path, out: Path) -> None:
@@ -90,16 +96,16 @@ def table(root: Path, out: Path) -> None:
     for d in sorted((root / "tiny").glob("*/done")):
         spec = json.loads(d.read_text())
         rows.append(_row(d.parent, {"model": "tiny", "name": spec["name"], "seed": spec["seed"], "mode": spec["mode"],
-                                    "lr": spec["shape"].get("lr") or 1e-3, "full_steps": spec["full_steps"]}))
+                                    "full_steps": spec["full_steps"]}))
     for d in sorted((root / "tiny-packed").glob("*/early_warning_run.json")):
         info = json.loads(d.read_text())
         rows.append(_row(d.parent, {"model": "tiny-packed", "name": info["name"], "seed": info["seed"],
-                                    "lr": 1.5e-3, "class": info["class"]}))
+                                    "class": info["class"]}))
     out.write_text(json.dumps({"source": "bench/first_steps.py (first steps re-trained, trainer_ref, no fault)",
                                "runs": rows}, indent=1))
     for r in rows:
-        print(f"{r['model']:12s} {r['name']:42s} lr {r['lr']:<7g} median10 {r['median_first10']!s:8s} "
-              f"over.04 {r['over_0.04_first10']:2d} leg {r['committed_leg_first_step']}")
+        print(f"{r['model']:12s} {r['name']:42s} lr {r['lr']:<7g} median {r['median_first_window']!s:8s} "
+              f"over {r['early_kl_above']:g}: {r['over_bar_first_window']:2d} leg {r['committed_leg_first_step']}")
 
 
 def main() -> None:
