@@ -129,6 +129,9 @@ full = False
 # Eighth check (3 Dec 2026): the seventh's seeds 1500-1539 are calibration for the first-steps leg's persistence
 # (bench/early_warning.py, seventeenth run); fresh healthy seeds 1600-1639 (`--fresh-seeds 1600 --match=-s16`),
 # registered before recording, scored once with the leg as frozen
+# Ninth check (3 Dec 2026, registered before recording): fresh healthy seeds 1700-1739 (`--fresh-seeds 1700
+# --match=-s17`), every rule as committed with the first-steps leg's median bar (bench/early_warning.py, eighteenth
+# run), scored once; also judged by bench/early_warning.py's drop (`eval-calib`), see there
 DEV_SEEDS = (*range(400, 470), *range(600, 640), *range(700, 740), *range(900, 940))
 FRESH_SEEDS = range(1100, 1140)
 FAULT_SEED_BASE = 1200  # held-out fault runs: 1200 + j (third pass: 500 + j, fourth: 800 + j, fifth: 1000 + j)

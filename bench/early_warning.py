@@ -154,7 +154,17 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # 40 runs, this run's lr-too-high seeds 40-49 re-trained (the same runs: sync --deterministic) and the sixteenth
 # check's controls, all calibration for it now; frozen before lr-too-high seeds 50-59 and healthy sync seeds 56-61
 # (40 steps) and doctor_calib's healthy seeds 1600-1639 (bench/doctor_calib.py) are scored, their number fixed here
-HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 60)), "kl-blow-up": tuple(range(10, 20)),
+# Eighteenth run (3 Dec 2026, registered before any of its runs was trained): precursor-oversized-updates' first-steps
+# leg gets a median bar (early_median_above 0.08, rlobs.failures), chosen on bench/results/first_steps.json; frozen
+# before lr-too-high seeds 60-69 and healthy sync seeds 62-67 (40 steps) are trained, their number fixed here. Beside
+# them, doctor_calib's ninth check (bench/doctor_calib.py: fresh healthy `tiny` seeds 1700-1739 at their full
+# lengths) is judged by this bench's own drop (`eval-calib`): a doctor_calib run at lr 3e-3 that did not degenerate
+# by doctor_calib's criterion but whose training reward fell DROP below its peak collapsed by this bench's stated
+# amount, and a warning before that fall is a lead, not a false warning (the staleness-no-is-lag4 family is scored so:
+# MIXED). Reported both ways. Stated before training: if that drop also comes on 10 % or more of the runs at tiny's
+# default lr 1e-3, it does not tell a collapse from noise on `tiny`, and every warning on a run that did not
+# degenerate stays counted as false
+HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 70)), "kl-blow-up": tuple(range(10, 20)),
                                              "lr-warmup-too-high": (10, 11, 12, 13, 14, 15, 16, 17),
                                              "staleness-no-is": tuple(range(10, 26)),
                                              "staleness-no-is-lag4": tuple(range(3, 23)),
@@ -162,7 +172,7 @@ HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 60))
                                              "reward-hacking-control": tuple(range(8, 14)) + tuple(range(14, 18)) + tuple(range(18, 24))}
 # healthy seeds 22-27 (ninth run, 60 steps like its reward-hacking runs): added while those were training, before any
 # of the ninth run was scored
-HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 42)) + tuple(range(46, 62))}
+HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 42)) + tuple(range(46, 68))}
 HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 12))}
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are

@@ -191,13 +191,20 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     # by none of the honest-grader controls (at most 2); the lr 3e-3 runs still pass it. Leads on seeds 40-49 from
     # the new leg: 6-27. Chosen on those records (calibration for it now), frozen before the seventeenth run's
     # fresh seeds are scored
+    # early_median_above (3 Dec 2026, eighteenth run): the count misses a too-high lr whose updates are very large with
+    # a few small ones among them (lr-too-high s58: median 0.18 over its first 10 updates, 7 of 10 over 0.04). A
+    # window of the leg whose median update is over 0.08 warns too. Chosen on bench/results/first_steps.json (the first
+    # 12 steps of doctor_calib's `tiny` seeds 1500-1639 and lr-too-high seeds 40-59, re-trained): the highest window
+    # median of the 52 `tiny` runs at 1e-3 is 0.065 (0.070 on the seventh check's own s1514 record, the tests' copy);
+    # lr-too-high's are 0.062-0.177, 10 of 20 over 0.08, and the leg adds s58 alone (0.07 would add s53 and s42 too,
+    # on no margin). `tiny` at 3e-3 passes both bars. Frozen before the eighteenth run's fresh seeds are trained
     _f("precursor-oversized-updates", "warning", "1m",
        thresholds={"window": 5, "min_steps": 4, "baseline": 5, "kl_above": 0.015, "entropy_share_below": 0.8,
                    "reward_gain": 0.15, "heldout_gain": 0.15, "impact_steps_low": 6, "impact_steps_high": 32,
                    # the first-steps leg (2 Dec 2026, fifteenth run; its persistence 3 Dec 2026, seventeenth run):
                    # see the comment above
                    "early_steps": 12, "early_window": 10, "early_min_steps": 8, "early_kl_above": 0.04,
-                   "early_impact_steps_low": 6, "early_impact_steps_high": 30,
+                   "early_median_above": 0.08, "early_impact_steps_low": 6, "early_impact_steps_high": 30,
                    # annotation only (the finding names a grader loophole when the training reward is this far
                    # above the last held-out evaluation; the rule-graded runs of the bench sit within 0.1 of it)
                    "hacking_gap": 0.3}),

@@ -517,9 +517,13 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
     # inside it when a step takes under history / early_steps), which must hold early_min_steps of them; the gate
     # below holds from the warning step to early_steps, and `for` must fit in that: steps of ~20 s to ~5 min (a
     # faster or slower run gets the guarded branch only)
+    # Or (the median leg, 3 Dec 2026) the median reading over early_median_above: a few small updates among very large
+    # ones
     eq = 1 - o["early_min_steps"] / o["early_window"]
-    early = (f"({_over_time('quantile_over_time', 'rlobs_policy_update_kl', history, q=eq)}"
-             f" > {o['early_kl_above']:g}){on}"
+    early = (f"(({_over_time('quantile_over_time', 'rlobs_policy_update_kl', history, q=eq)}"
+             f" > {o['early_kl_above']:g}) or "
+             f"({_over_time('quantile_over_time', 'rlobs_policy_update_kl', history, q=0.5)}"
+             f" > {o['early_median_above']:g})){on}"
              f"({_over_time('changes', 'rlobs_policy_update_kl', history)} >= {o['early_min_steps'] - 1:g}){on}"
              f"({_over_time('max_over_time', 'rlobs_train_steps_total', recent)} <= {o['early_steps']:g})")
     # the run has learned (as the doctor asks): its training reward climbed over its early level (the low decile of
@@ -643,7 +647,8 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             f"{o['kl_above']:g}) while its entropy "
             f"is under {o['entropy_share_below']:.0%} of its level in the {history} before and the training reward has "
             f"climbed by {o['reward_gain']:g}+ (or held-out success by {o['heldout_gain']:g}+), or over "
-            f"{o['early_kl_above']:g} in {o['early_min_steps'] / o['early_window']:.0%} of its updates within its first "
+            f"{o['early_kl_above']:g} in {o['early_min_steps'] / o['early_window']:.0%} of its updates (or their median "
+            f"over {o['early_median_above']:g}) within its first "
             f"{o['early_steps']:g} steps (before anything was learned, and not only Adam's first few steps: the "
             "lr's own size): the learning rate is too high, "
             "the precursor of a collapse (the reward fell "

@@ -396,7 +396,7 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     held-out evaluation so far is ``heldout_gain`` over the first (a training reward can hide learning). Large steps on an untrained policy are how it moves (and a run that never learned has
     nothing to lose: no-learning's business); large steps on a policy that has found its answers throw it off them.
     From the run's first step, updates over ``early_kl_above`` (``early_min_steps`` of ``early_window`` within
-    ``early_steps`` steps) warn without those guards: a run that learns does not keep moving its policy that far step
+    ``early_steps`` steps), or a window whose median update is over ``early_median_above``, warn without those guards: a run that learns does not keep moving its policy that far step
     after step (Adam's first few steps are large at any lr and then shrink; a too-high lr keeps them large). Quiet without ``policy_kl``
     (insufficient data). Thresholds: the failure table (rlobs.failures)."""
     kl = series(ctx, "policy_kl")
@@ -424,7 +424,8 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         if last[-1][0] > early_end:
             break
         over = sum(v > th["early_kl_above"] for _, v in last)
-        if over >= th["early_min_steps"]:
+        if over >= th["early_min_steps"] or statistics.median(v for _, v in last) > th.get("early_median_above",
+                                                                                           math.inf):
             return [_oversized_from_start(ctx, th, last, over)]
     for i in range(max(w, k) - 1, len(kl)):
         last = kl[i - w + 1:i + 1]
@@ -504,10 +505,13 @@ def _oversized_from_start(ctx: RunContext, th: Mapping[str, float], last: Series
     level = statistics.median(v for _, v in last)
     lr_now = dict(series(ctx, "lr")).get(step)
     low, high = th["early_impact_steps_low"], th["early_impact_steps_high"]
-    ev = [Evidence("train_step.policy_kl", round(level, 6), th["early_kl_above"], (last[0][0], step),
-                   f"median of the last {w} steps, {over} of them over {th['early_kl_above']:g}, within the run's "
-                   f"first {th['early_steps']:g} steps: nats per token each update moves the policy (KL before || "
-                   "after, re-scored samples); a learning run moves it ~0.001-0.006 per step"),
+    by_count = over >= th["early_min_steps"]  # else the median leg: a few small updates among very large ones
+    ev = [Evidence("train_step.policy_kl", round(level, 6),
+                   th["early_kl_above"] if by_count else th["early_median_above"], (last[0][0], step),
+                   f"median of the last {w} steps, {over} of them over {th['early_kl_above']:g}"
+                   + ("" if by_count else f" (the median over {th['early_median_above']:g})")
+                   + f", within the run's first {th['early_steps']:g} steps: nats per token each update moves the "
+                   "policy (KL before || after, re-scored samples); a learning run moves it ~0.001-0.006 per step"),
           Evidence("expected time to impact", f"{low:g}-{high:g} steps", None, None,
                    "held-out success or the training reward fell this many steps after such first steps in "
                    "bench/early_warning.py's learning-rate runs")]
@@ -516,8 +520,10 @@ def _oversized_from_start(ctx: RunContext, th: Mapping[str, float], last: Series
     return Finding(
         rule=OVERSIZED, severity=Severity.WARNING,
         title=(f"early warning: {over} of the last {w} updates moved the policy > {th['early_kl_above']:g} "
-               f"nats/token (median {level:.3g}) from the run's first steps (by step {step}); a learning-rate "
-               f"collapse expected within {low:g}-{high:g} steps"),
+               f"nats/token (median {level:.3g}"
+               + ("" if by_count else f", over {th['early_median_above']:g}")
+               + f") from the run's first steps (by step {step}); a learning-rate collapse expected within "
+               f"{low:g}-{high:g} steps"),
         first_step=step, last_step=step, evidence=ev,
         root_cause=("the learning rate (or the warm-up's start) is too high for this model: from its first steps "
                     "every optimiser step moves the policy tens of times further than a run that learns, and "
