@@ -3,6 +3,8 @@
     python bench/early_warning.py run  [--only NAME,...]     # train the matrix (trainer_ref, real collapses)
     python bench/early_warning.py eval                       # judge the records, write bench/results/early_warning.*
     python bench/early_warning.py extract --only A,B --expect A=precursor-x,...  # per-step signals -> test data
+    python bench/early_warning.py eval-calib --runs DC_ROOT --out bench/results/NAME  # doctor_calib's healthy runs,
+                                                             # judged by this bench's drop too
 
 Each run is a real ``python -m trainer_ref.run`` on ``tiny-packed`` (no injected telemetry, no fault): a class of
 collapse is a configuration that collapses on its own (``CLASSES``), and healthy runs use the settings that learn
@@ -443,9 +445,70 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def calib_verdict(row: dict) -> str:
+    """A doctor_calib healthy run by both definitions: ``degenerated`` (doctor_calib's: entropy or reward under 10 %
+    of its start, or its last quarter's reward under half), ``dropped`` (this bench's: the training reward DROP below
+    its running peak), else ``healthy``."""
+    return "degenerated" if row["degenerated"] else "dropped" if row["drop_step"] is not None else "healthy"
+
+
+def calib_summary(rows: list[dict]) -> dict:
+    """Per learning rate: how many runs degenerated / dropped / stayed healthy, the precursor warnings (replayed
+    online) and the whole doctor's warnings on each kind, and the leads on the runs that dropped. ``noise``: the
+    share of runs at ``tiny``'s default lr 1e-3 whose reward dropped (stated before the ninth check: at 10 % or
+    more the drop does not tell a collapse from noise on ``tiny``)."""
+    out: dict = {}
+    for lr in sorted({r["lr"] for r in rows}):
+        rs = [r for r in rows if r["lr"] == lr]
+        kinds = {k: [r for r in rs if calib_verdict(r) == k] for k in ("degenerated", "dropped", "healthy")}
+        dropped = kinds["dropped"]
+        early = [r for r in dropped if r["first_warning"] is not None and r["first_warning"] < r["drop_step"]]
+        out[f"{lr:g}"] = {
+            "runs": len(rs), **{k: len(v) for k, v in kinds.items()},
+            "not_degenerated": len(rs) - len(kinds["degenerated"]),
+            "precursor_warned": {k: [r["name"] for r in v if r["first_warning"] is not None] for k, v in kinds.items()},
+            "doctor_warned": {k: [r["name"] for r in v if r["false_alarms"]] for k, v in kinds.items()},
+            "dropped_warned_ahead": len(early), "leads": [r["drop_step"] - r["first_warning"] for r in early],
+            "dropped_warned_at_or_after": [r["name"] for r in dropped if r not in early and r["first_warning"] is not None]}
+    lo = [r for r in rows if r["lr"] == 1e-3 and not r["degenerated"]]
+    out["noise"] = {"runs_at_1e-3_not_degenerated": len(lo), "dropped": sum(r["drop_step"] is not None for r in lo),
+                    "share": round(sum(r["drop_step"] is not None for r in lo) / len(lo), 3) if lo else None}
+    out["drop_tells_collapse_from_noise"] = out["noise"]["share"] is not None and out["noise"]["share"] < 0.1
+    return out
+
+
+def eval_calib(root: Path, out: Path) -> dict:
+    """doctor_calib's healthy held-out records under ``root`` (``bench/doctor_calib.py run --split heldout --only
+    healthy --root ROOT``) judged both ways: doctor_calib's (degenerated; the whole doctor's warnings) and this
+    bench's (the drop; the precursors replayed step by step)."""
+    from bench import doctor_calib as dc
+
+    rows = []
+    for name, spec in sorted(dc._done(root / "heldout.jsonl").items()):
+        d = root / "heldout" / name
+        if spec.get("fault") or spec.get("error") or not d.is_dir():
+            continue
+        share = dc.collapsed(d)
+        lr = json.loads((d / "manifest.json").read_text())["config"]["lr"]
+        row = {"name": name, "seed": spec["seed"], "mode": spec["mode"], "steps_planned": spec["steps"], "lr": lr,
+               "entropy_low_share": share["entropy"], "reward_low_share": share["reward"],
+               "reward_last_quarter_share": share["reward_end"], "degenerated": dc.degenerated(share),
+               **dc.judge(spec, dc.diagnose_one(d, {})), **judge(d)}
+        row["verdict"] = calib_verdict(row)
+        rows.append(row)
+        print(f"{name}: lr {lr:g} {row['verdict']} drop {row['drop_step']} precursor {row['first_warning']} "
+              f"({row['first_rule']}) doctor {row['false_alarms']}", flush=True)
+    res = {"what": "doctor_calib healthy `tiny` records judged by doctor_calib's degenerated criterion and by "
+                   f"bench/early_warning.py's drop (training reward {SMOOTH}-step mean {DROP} below its running peak)",
+           "root": str(root), "runs": rows, "summary": calib_summary(rows)}
+    out.write_text(json.dumps(res, indent=1))
+    print(json.dumps(res["summary"], indent=1))
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=("run", "eval", "extract"))
+    ap.add_argument("cmd", choices=("run", "eval", "extract", "eval-calib"))
     ap.add_argument("--expect", default="", help="extract: RUN=RULE[+RULE] pairs (the live alerts the test expects)")
     ap.add_argument("--runs", default="/tmp/rlobs-early-warning", help="where the run records go")
     ap.add_argument("--only", default="", help="comma-separated run names (default: the whole matrix)")
@@ -455,6 +518,9 @@ def main() -> None:
                                                 "(settings tried and left out of the matrix; never counted)")
     ap.add_argument("--out", default=str(ROOT / "bench/results/early_warning"))
     args = ap.parse_args()
+    if args.cmd == "eval-calib":  # --runs: a bench/doctor_calib.py --root; --out: the results file's stem
+        eval_calib(Path(args.runs), Path(args.out + ".json"))
+        return
     runs = Path(args.runs)
     runs.mkdir(parents=True, exist_ok=True)
     entries = matrix([c for c in args.classes.split(",") if c] or None)

@@ -41,3 +41,26 @@ def test_summary_counts_a_mixed_class_run_without_a_drop_as_healthy():
     assert s["classes"]["reward-hacking-control"]["leads"] == [10]
     either = ew.summarise(rows, "drop_step_either")["heldout"]
     assert either["healthy_that_dropped"] == ["h-s0"]
+
+
+def test_calib_summary_splits_doctor_calib_runs_by_both_definitions():
+    """A doctor_calib run that degenerated is neither; one whose reward dropped (this bench's definition) is scored
+    as a collapse: a warning before its drop is a lead, at or after it a miss; the rest are healthy and every warning
+    on them counts. The drop's noise share is taken at lr 1e-3 among the runs that did not degenerate."""
+    def row(name, lr, degenerated, drop, warn, doctor=()):
+        return {"name": name, "lr": lr, "degenerated": degenerated, "drop_step": drop, "first_warning": warn,
+                "false_alarms": list(doctor)}
+
+    rows = [row("a", 3e-3, True, 20, 9, ["precursor-oversized-updates:warning@9"]),
+            row("b", 3e-3, False, 30, 9, ["precursor-oversized-updates:warning@9"]),
+            row("c", 3e-3, False, 8, 9), row("d", 3e-3, False, None, 9, ["x:warning@9"]),
+            row("e", 1e-3, False, None, None), row("f", 1e-3, False, 40, None), row("g", 1e-3, True, None, None)]
+    assert [ew.calib_verdict(r) for r in rows] == ["degenerated", "dropped", "dropped", "healthy", "healthy",
+                                                   "dropped", "degenerated"]
+    s = ew.calib_summary(rows)
+    hi = s["0.003"]
+    assert (hi["degenerated"], hi["dropped"], hi["healthy"], hi["not_degenerated"]) == (1, 2, 1, 3)
+    assert hi["leads"] == [21] and hi["dropped_warned_at_or_after"] == ["c"]
+    assert hi["precursor_warned"]["healthy"] == ["d"] and hi["doctor_warned"]["dropped"] == ["b"]
+    assert s["noise"] == {"runs_at_1e-3_not_degenerated": 2, "dropped": 1, "share": 0.5}
+    assert s["drop_tells_collapse_from_noise"] is False
