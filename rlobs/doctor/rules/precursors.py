@@ -419,6 +419,7 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     start = ctx.scalar("SELECT min(step) FROM train_step WHERE step IS NOT NULL AND isfinite(policy_kl)")
     early_end = (start if start is not None else kl[0][0]) + th.get("early_steps", 0) - 1
     ew = int(th["early_window"])
+    from_start = None
     for i in range(ew - 1, len(kl)):
         last = kl[i - ew + 1:i + 1]
         if last[-1][0] > early_end:
@@ -426,8 +427,11 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         over = sum(v > th["early_kl_above"] for _, v in last)
         if over >= th["early_min_steps"] or statistics.median(v for _, v in last) > th.get("early_median_above",
                                                                                            math.inf):
-            return [_oversized_from_start(ctx, th, last, over)]
+            from_start = _oversized_from_start(ctx, th, last, over)
+            break
     for i in range(max(w, k) - 1, len(kl)):
+        if from_start is not None and kl[i][0] >= from_start.first_step:
+            break  # whichever leg held first is the finding: what `--follow` printed first
         last = kl[i - w + 1:i + 1]
         level = statistics.median(v for _, v in last)
         over = sum(v > th["kl_above"] for _, v in last)
@@ -495,7 +499,7 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                          "healthy runs of the bench sit (PPO's target_kl / early stopping bounds the same number)",
                          "rlobs doctor RUN --rule precursor-entropy-decline --rule precursor-grad-norm-drift"],
         )]
-    return []
+    return [from_start] if from_start is not None else []
 
 
 def _oversized_from_start(ctx: RunContext, th: Mapping[str, float], last: Series, over: int) -> Finding:
