@@ -393,12 +393,14 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     re-scored samples; single large steps are the estimator's tail on a sharpened policy) while the policy has
     narrowed to under ``entropy_share_below`` of its early entropy and the training reward has climbed by
     ``reward_gain`` (medians of the same steps against the medians of the first ``baseline`` steps) or its best
-    held-out evaluation so far is ``heldout_gain`` over the first (a training reward can hide learning). Large steps on an untrained policy are how it moves (and a run that never learned has
-    nothing to lose: no-learning's business); large steps on a policy that has found its answers throw it off them.
-    From the run's first step, updates over ``early_kl_above`` (``early_min_steps`` of ``early_window`` within
-    ``early_steps`` steps), or a window whose median update is over ``early_median_above``, warn without those guards: a run that learns does not keep moving its policy that far step
-    after step (Adam's first few steps are large at any lr and then shrink; a too-high lr keeps them large). Quiet without ``policy_kl``
-    (insufficient data). Thresholds: the failure table (rlobs.failures)."""
+    held-out evaluation so far is ``heldout_gain`` over the first (a training reward can hide learning). Large steps
+    on an untrained policy are how it moves (and a run that never learned has nothing to lose: no-learning's
+    business); large steps on a policy that has found its answers throw it off them. From the run's first step,
+    updates over ``early_kl_above`` (``early_min_steps`` of ``early_window`` within ``early_steps`` steps), or a window
+    whose median update is over ``early_median_above``, warn without those guards: a run that learns does not keep
+    moving its policy that far step after step (Adam's first few steps are large at any lr and then shrink; a too-high
+    lr keeps them large). Whichever leg holds first is the finding. Quiet without ``policy_kl`` (insufficient data).
+    Thresholds: the failure table (rlobs.failures)."""
     kl = series(ctx, "policy_kl")
     if not kl:
         return Insufficient("no train_step.policy_kl (how far each update moved the policy; schema 1.5, "
