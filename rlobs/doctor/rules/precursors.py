@@ -34,8 +34,9 @@ the run's first ``baseline`` steps and the reward has climbed ``reward_gain`` ab
 ``heldout_gain`` over its first evaluation): an lr that is too high is too high from its first step, so there is no
 in-run baseline to drift from, and large steps on a policy that has not narrowed or learned are how an untrained
 policy moves, up to a size: its first-steps leg warns, with no guard, when ``early_min_steps`` of
-``early_window`` updates inside the run's first ``early_steps`` steps are over ``early_kl_above`` (the lr's own
-size: Adam's first few updates are large at any lr and then shrink; a too-high lr keeps them large). Thresholds
+``early_window`` updates inside the run's first ``early_steps`` steps are over ``early_kl_above``, or their median
+is over ``early_median_above`` (the lr's own size: Adam's first few updates are large at any lr and then shrink; a
+too-high lr keeps them large). Thresholds
 come from the failure table (``rlobs.failures``), chosen on the calibration runs of ``bench/early_warning.py``
 and reported on other seeds (README, "Early warning").
 """
