@@ -63,6 +63,9 @@ def _replay(rec, run: dict, stop: threading.Event, times: list[float]) -> None:
 def replayed(tmp_path_factory):
     need("prometheus")
     data = json.loads(DATA.read_text())
+    # only the runs these tests assert on (an expected alert, or a healthy run that must stay quiet): each replay is
+    # a thread and a scrape target, and the alerts' 5 s windows leave little room for scrape jitter on 2 cores
+    data = {**data, "runs": {n: r for n, r in data["runs"].items() if r.get("expect") or r["class"] == "healthy"}}
     base = tmp_path_factory.mktemp("early-warning-live")
     dirs = {name: base / name for name in data["runs"]}
     stop = threading.Event()
