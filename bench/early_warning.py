@@ -471,9 +471,10 @@ def calib_summary(rows: list[dict]) -> dict:
             "dropped_warned_ahead": len(early), "leads": [r["drop_step"] - r["first_warning"] for r in early],
             "dropped_warned_at_or_after": [r["name"] for r in dropped if r not in early and r["first_warning"] is not None]}
     lo = [r for r in rows if r["lr"] == 1e-3 and not r["degenerated"]]
-    out["noise"] = {"runs_at_1e-3_not_degenerated": len(lo), "dropped": sum(r["drop_step"] is not None for r in lo),
-                    "share": round(sum(r["drop_step"] is not None for r in lo) / len(lo), 3) if lo else None}
-    out["drop_tells_collapse_from_noise"] = out["noise"]["share"] is not None and out["noise"]["share"] < 0.1
+    fell = sum(r["drop_step"] is not None for r in lo)
+    share = round(fell / len(lo), 3) if lo else None
+    out["noise"] = {"runs_at_1e-3_not_degenerated": len(lo), "dropped": fell, "share": share}
+    out["drop_tells_collapse_from_noise"] = share is not None and share < 0.1
     return out
 
 

@@ -428,8 +428,7 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         if last[-1][0] > early_end:
             break
         over = sum(v > th["early_kl_above"] for _, v in last)
-        if over >= th["early_min_steps"] or statistics.median(v for _, v in last) > th.get("early_median_above",
-                                                                                           math.inf):
+        if over >= th["early_min_steps"] or statistics.median(v for _, v in last) > th["early_median_above"]:
             from_start = _oversized_from_start(ctx, th, last, over)
             break
     for i in range(max(w, k) - 1, len(kl)):
