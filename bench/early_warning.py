@@ -507,9 +507,76 @@ def eval_calib(root: Path, out: Path) -> dict:
     return res
 
 
+CONTINUED_DEGENERATE_AT_LEAST = 7  # of 8 (tenth check, stated before its runs): see eval_continued
+
+
+def eval_continued(root: Path, checks: list[Path], out: Path, twins: Path | None = None) -> dict:
+    """The tenth check: doctor_calib healthy runs at lr 3e-3 that had not degenerated in their 20-60 steps and got
+    the first-steps warning, continued to 200 steps (``bench/doctor_calib.py run ... --steps 200 --root ROOT``).
+    Per run: did it degenerate by 200 steps (doctor_calib's criterion) and where (``degeneration_step``), its first
+    precursor warning (replayed online) and the lead to that step, inside the finding's stated time to impact or
+    not; where the short twin's record is at hand (``twins``: its doctor_calib root), whether the continued run
+    repeats the twin's training rewards step for step. ``checks``: the doctor_calib results the twins were scored
+    in. Stated before the runs: if at least ``CONTINUED_DEGENERATE_AT_LEAST`` degenerate, the short runs were
+    degenerations cut off before they showed, and their warnings are reported as early warnings of them beside the
+    doctor_calib bar (not rescored); otherwise they stay false."""
+    from bench import doctor_calib as dc
+    from rlobs.failures import FAILURES
+
+    th = FAILURES["precursor-oversized-updates"].thresholds
+    eta = (th["early_impact_steps_low"], th["early_impact_steps_high"])
+    short: dict[str, dict] = {}
+    for c in checks:
+        data = json.loads(c.read_text())
+        for r in data["runs"] if isinstance(data, dict) else data:
+            short[r["name"]] = {"check": c.name, **r}
+    rows = []
+    for name, spec in sorted(dc._done(root / "heldout.jsonl").items()):
+        d = root / "heldout" / name
+        if not spec.get("continues") or spec.get("error") or not d.is_dir():
+            continue
+        twin = short.get(spec["continues"], {})
+        share = dc.collapsed(d)
+        row = {"name": name, "continues": spec["continues"], "check": twin.get("check"), "mode": spec["mode"],
+               "twin_steps": int(spec["continues"].split("st-")[0].rsplit("-", 1)[1]),
+               "twin_degenerated": twin.get("degenerated"),
+               "twin_warnings": twin.get("warnings") or twin.get("false_alarms"),
+               "entropy_low_share": share["entropy"], "reward_low_share": share["reward"],
+               "reward_last_quarter_share": share["reward_end"], "degenerated": dc.degenerated(share),
+               "degeneration_step": dc.degeneration_step(d), **dc.judge(spec, dc.diagnose_one(d, {})), **judge(d)}
+        w, g = row["first_warning"], row["degeneration_step"]
+        row["lead"] = g - w if w is not None and g is not None else None
+        row["lead_within_eta"] = row["lead"] is not None and eta[0] <= row["lead"] <= eta[1]
+        if twins is not None and (twins / "heldout" / spec["continues"]).is_dir():
+            from rlobs.doctor.context import RunContext
+            from rlobs.doctor.rules.precursors import series
+            from rlobs.store import open_run
+
+            with open_run(twins / "heldout" / spec["continues"]) as rec:
+                old = [round(v, 4) for _, v in series(RunContext(rec), "reward")]
+            row["repeats_twin"] = f"{sum(a == b for a, b in zip(old, row['reward']))} of {len(old)}"
+        rows.append(row)
+        print(f"{name}: degenerated {row['degenerated']} at {g}, warned {w} ({row['first_rule']}), lead {row['lead']}, "
+              f"repeats twin {row.get('repeats_twin')}", flush=True)
+    n = sum(r["degenerated"] for r in rows)
+    leads = sorted(r["lead"] for r in rows if r["lead"] is not None)
+    summary = {"runs": len(rows), "degenerated": n, "bar": CONTINUED_DEGENERATE_AT_LEAST,
+               "short_runs_were_cut_off_degenerations": len(rows) > 0 and n >= CONTINUED_DEGENERATE_AT_LEAST,
+               "warned": sum(r["first_warning"] is not None for r in rows), "leads": leads,
+               "median_lead": statistics.median(leads) if leads else None, "eta": list(eta),
+               "leads_within_eta": sum(r["lead_within_eta"] for r in rows)}
+    res = {"what": "tenth check: doctor_calib's non-degenerated lr 3e-3 `tiny` runs continued to 200 steps",
+           "root": str(root), "runs": rows, "summary": summary}
+    out.write_text(json.dumps(res, indent=1))
+    print(json.dumps(summary, indent=1))
+    return res
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=("run", "eval", "extract", "eval-calib"))
+    ap.add_argument("cmd", choices=("run", "eval", "extract", "eval-calib", "eval-continued"))
+    ap.add_argument("--checks", default="", help="eval-continued: comma-separated doctor_calib results of the twins")
+    ap.add_argument("--twins", default="", help="eval-continued: the twins' doctor_calib root, where still at hand")
     ap.add_argument("--expect", default="", help="extract: RUN=RULE[+RULE] pairs (the live alerts the test expects)")
     ap.add_argument("--runs", default="/tmp/rlobs-early-warning", help="where the run records go")
     ap.add_argument("--only", default="", help="comma-separated run names (default: the whole matrix)")
@@ -521,6 +588,10 @@ def main() -> None:
     args = ap.parse_args()
     if args.cmd == "eval-calib":  # --runs: a bench/doctor_calib.py --root; --out: the results file's stem
         eval_calib(Path(args.runs), Path(args.out + ".json"))
+        return
+    if args.cmd == "eval-continued":  # --runs: the continued runs' doctor_calib --root; --out: the results stem
+        eval_continued(Path(args.runs), [Path(c) for c in args.checks.split(",") if c], Path(args.out + ".json"),
+                       Path(args.twins) if args.twins else None)
         return
     runs = Path(args.runs)
     runs.mkdir(parents=True, exist_ok=True)
