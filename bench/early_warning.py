@@ -166,7 +166,12 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # MIXED). Reported both ways. Stated before training: if that drop also comes on 10 % or more of the runs at tiny's
 # default lr 1e-3, it does not tell a collapse from noise on `tiny`, and every warning on a run that did not
 # degenerate stays counted as false
-HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 70)), "kl-blow-up": tuple(range(10, 20)),
+# Nineteenth run (3 Dec 2026, registered before any of its runs was trained, rules unchanged since a43d57c): the
+# eighteenth run's 9 of 9 under the median bar, pooled with the seventeenth's 7 of 9 scored before it, is 16 of 18;
+# fresh lr-too-high seeds 70-79 and healthy sync seeds 68-73 (40 steps, their number fixed here) are scored once.
+# lr too high is reported under today's rules as the eighteenth and nineteenth runs pooled, and every warning on
+# the six healthy runs counts against the bar
+HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 80)), "kl-blow-up": tuple(range(10, 20)),
                                              "lr-warmup-too-high": (10, 11, 12, 13, 14, 15, 16, 17),
                                              "staleness-no-is": tuple(range(10, 26)),
                                              "staleness-no-is-lag4": tuple(range(3, 23)),
@@ -174,7 +179,7 @@ HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 70))
                                              "reward-hacking-control": tuple(range(8, 14)) + tuple(range(14, 18)) + tuple(range(18, 24))}
 # healthy seeds 22-27 (ninth run, 60 steps like its reward-hacking runs): added while those were training, before any
 # of the ninth run was scored
-HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 42)) + tuple(range(46, 68))}
+HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 42)) + tuple(range(46, 74))}
 HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 12))}
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are
