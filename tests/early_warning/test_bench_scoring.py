@@ -64,3 +64,42 @@ def test_calib_summary_splits_doctor_calib_runs_by_both_definitions():
     assert hi["precursor_warned"]["healthy"] == ["d"] and hi["doctor_warned"]["dropped"] == ["b"]
     assert s["noise"] == {"runs_at_1e-3_not_degenerated": 2, "dropped": 1, "share": 0.5}
     assert s["drop_tells_collapse_from_noise"] is False
+
+
+def _record(run_dir: Path, entropy: list[float], reward: list[float]) -> Path:
+    import rlobs
+
+    rec = rlobs.init(run_dir, component="trainer", rank=0, set_global=False, prometheus=False)
+    try:
+        for step, (e, r) in enumerate(zip(entropy, reward, strict=True)):
+            rec.set_step(step)
+            rec.emit("train_step", loss=0.0, grad_norm=1.0, reward_mean=r, entropy=e)
+    finally:
+        rec.close()
+    return run_dir
+
+
+def test_degeneration_step_is_where_doctor_calibs_criterion_first_holds(tmp_path):
+    """The step a run degenerated at, read from its record: the end of the first 5-step window under 10 % of the
+    start (entropy or reward); for the last-quarter rule alone, the start of the final stretch under half; None for
+    a run that did not degenerate by doctor_calib's criterion."""
+    from bench import doctor_calib as dc
+
+    flat = [1.0] * 40
+    entropy_gone = [1.0] * 20 + [0.05] * 20  # windows 16-20 .. : the first all-low window ends at step 24
+    assert dc.degeneration_step(_record(tmp_path / "e", entropy_gone, [0.5] * 40)) == 24
+    reward_halved = [0.5] * 25 + [0.2] * 15  # 5-step means under 0.25 from the window of steps 25-29 to the end
+    assert dc.degenerated(dc.collapsed(_record(tmp_path / "r", flat, reward_halved)))
+    assert dc.degeneration_step(tmp_path / "r") == 29
+    dipped = [0.5] * 10 + [0.2] * 6 + [0.5] * 24  # a dip that recovered: not degenerated
+    assert dc.degeneration_step(_record(tmp_path / "h", flat, dipped)) is None
+
+
+def test_a_continued_run_keeps_its_twins_seed_mode_and_shape():
+    from bench import doctor_calib as dc
+
+    spec = next(r for r in dc.plan("calib") if not r["fault"] and r["steps"] == 20)
+    longer = dc.lengthened(spec, 200)
+    assert longer["name"] == spec["name"].replace("-20st-", "-200st-") and longer["continues"] == spec["name"]
+    assert {k: longer[k] for k in ("seed", "mode", "shape")} == {k: spec[k] for k in ("seed", "mode", "shape")}
+    assert longer["steps"] == 200
