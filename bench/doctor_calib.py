@@ -218,9 +218,9 @@ def run_spec(stack: Stack, root: Path, spec: dict[str, Any]) -> dict[str, Any]:
 
 
 def lengthened(spec: dict[str, Any], steps: int) -> dict[str, Any]:
-    """A healthy run of the plan continued to ``steps`` (the same seed, mode and shape; its name says the new
-    length). trainer_ref's lr is constant and nothing in a run depends on its planned length, so a sync or
-    colocate_async run repeats its shorter twin's steps before going on; separate_async is timing-dependent."""
+    """A healthy run of the plan run to ``steps`` instead (the same seed, mode and shape; its name says the new
+    length, ``continues`` the shorter twin's). A new run of the twin's settings, not its trajectory continued:
+    doctor_calib's runs are not ``--deterministic`` (the tenth check's sync runs drew other rewards from step 0)."""
     if spec["fault"]:
         raise ValueError(f"{spec['name']}: only healthy runs are continued")
     return {**spec, "steps": steps, "name": spec["name"].replace(f"-{spec['steps']}st-", f"-{steps}st-"),
