@@ -516,15 +516,17 @@ CONTINUED_DEGENERATE_AT_LEAST = 7  # of 8 (tenth check, stated before its runs):
 
 
 def eval_continued(root: Path, checks: list[Path], out: Path, twins: Path | None = None) -> dict:
-    """The tenth check: doctor_calib healthy runs at lr 3e-3 that had not degenerated in their 20-60 steps and got
-    the first-steps warning, continued to 200 steps (``bench/doctor_calib.py run ... --steps 200 --root ROOT``).
+    """The tenth check: the settings of doctor_calib healthy runs at lr 3e-3 that had not degenerated in their 20-60
+    steps and got the first-steps warning, run again to 200 steps (``bench/doctor_calib.py run ... --steps 200 --root ROOT``).
     Per run: did it degenerate by 200 steps (doctor_calib's criterion) and where (``degeneration_step``), its first
     precursor warning (replayed online) and the lead to that step, inside the finding's stated time to impact or
     not; where the short twin's record is at hand (``twins``: its doctor_calib root), whether the continued run
     repeats the twin's training rewards step for step. ``checks``: the doctor_calib results the twins were scored
-    in. Stated before the runs: if at least ``CONTINUED_DEGENERATE_AT_LEAST`` degenerate, the short runs were
-    degenerations cut off before they showed, and their warnings are reported as early warnings of them beside the
-    doctor_calib bar (not rescored); otherwise they stay false."""
+    in. Stated before the runs: if at least ``CONTINUED_DEGENERATE_AT_LEAST`` degenerate, the short runs' warnings
+    are reported as early warnings of a degeneration beside the doctor_calib bar (not rescored); otherwise they stay
+    false. (These are new runs of the twins' settings: doctor_calib's runs are not deterministic.) The leads are
+    given both to the degeneration and to this bench's drop (``drop_step``), the event the stated 6-30 steps are
+    measured to."""
     from bench import doctor_calib as dc
     from rlobs.failures import FAILURES
 
@@ -543,14 +545,15 @@ def eval_continued(root: Path, checks: list[Path], out: Path, twins: Path | None
         twin = short.get(spec["continues"], {})
         share = dc.collapsed(d)
         row = {"name": name, "continues": spec["continues"], "check": twin.get("check"), "mode": spec["mode"],
-               "twin_steps": int(spec["continues"].split("st-")[0].rsplit("-", 1)[1]),
-               "twin_degenerated": twin.get("degenerated"),
-               "twin_warnings": twin.get("warnings") or twin.get("false_alarms"),
+               "twin_found": bool(twin), "twin_degenerated": twin.get("degenerated"),
+               "twin_warnings": twin["warnings"] if "warnings" in twin else twin.get("false_alarms"),
                "entropy_low_share": share["entropy"], "reward_low_share": share["reward"],
                "reward_last_quarter_share": share["reward_end"], "degenerated": dc.degenerated(share),
-               "degeneration_step": dc.degeneration_step(d), **dc.judge(spec, dc.diagnose_one(d, {})), **judge(d)}
+               "degeneration_step": dc.degeneration_step(d), **judge(d)}
+        doctor = dc.judge(spec, dc.diagnose_one(d, {}))  # the whole doctor's, beside judge()'s precursor findings
+        row.update(doctor_findings=doctor["findings"], false_alarms=doctor["false_alarms"])
         w, g = row["first_warning"], row["degeneration_step"]
-        row["lead"] = g - w if w is not None and g is not None else None
+        row["lead"] = g - w if w is not None and g is not None and w < g else None  # a warning after it: none
         row["lead_within_eta"] = row["lead"] is not None and eta[0] <= row["lead"] <= eta[1]
         if twins is not None and (twins / "heldout" / spec["continues"]).is_dir():
             from rlobs.doctor.context import RunContext
@@ -566,11 +569,14 @@ def eval_continued(root: Path, checks: list[Path], out: Path, twins: Path | None
     n = sum(r["degenerated"] for r in rows)
     leads = sorted(r["lead"] for r in rows if r["lead"] is not None)
     summary = {"runs": len(rows), "degenerated": n, "bar": CONTINUED_DEGENERATE_AT_LEAST,
-               "short_runs_were_cut_off_degenerations": len(rows) > 0 and n >= CONTINUED_DEGENERATE_AT_LEAST,
-               "warned": sum(r["first_warning"] is not None for r in rows), "leads": leads,
+               "setting_degenerates_by_the_stated_bar": len(rows) > 0 and n >= CONTINUED_DEGENERATE_AT_LEAST,
+               "leads_to_the_drop": sorted(r["drop_step"] - r["first_warning"] for r in rows if r["drop_step"] is not None
+                                           and r["first_warning"] is not None and r["first_warning"] < r["drop_step"]),
+               "warned_ahead": len(leads), "leads": leads,
                "median_lead": statistics.median(leads) if leads else None, "eta": list(eta),
                "leads_within_eta": sum(r["lead_within_eta"] for r in rows)}
-    res = {"what": "tenth check: doctor_calib's non-degenerated lr 3e-3 `tiny` runs continued to 200 steps",
+    res = {"what": "tenth check: the settings of doctor_calib's non-degenerated lr 3e-3 `tiny` runs, run again "
+                   "to 200 steps (new runs: doctor_calib's runs are not deterministic)",
            "root": str(root), "runs": rows, "summary": summary}
     out.write_text(json.dumps(res, indent=1))
     print(json.dumps(summary, indent=1))

@@ -86,11 +86,13 @@ def test_degeneration_step_is_where_doctor_calibs_criterion_first_holds(tmp_path
     from bench import doctor_calib as dc
 
     flat = [1.0] * 40
-    entropy_gone = [1.0] * 20 + [0.05] * 20  # windows 16-20 .. : the first all-low window ends at step 24
+    entropy_gone = [1.0] * 20 + [0.05] * 20  # the first all-low window is steps 20-24
     assert dc.degeneration_step(_record(tmp_path / "e", entropy_gone, [0.5] * 40)) == 24
     reward_halved = [0.5] * 25 + [0.2] * 15  # 5-step means under 0.25 from the window of steps 25-29 to the end
     assert dc.degenerated(dc.collapsed(_record(tmp_path / "r", flat, reward_halved)))
     assert dc.degeneration_step(tmp_path / "r") == 29
+    gap = [None if i == 33 else v for i, v in enumerate(reward_halved)]  # a step without a reward mid-stretch
+    assert dc.degeneration_step(_record(tmp_path / "g", flat, gap)) == 29
     dipped = [0.5] * 10 + [0.2] * 6 + [0.5] * 24  # a dip that recovered: not degenerated
     assert dc.degeneration_step(_record(tmp_path / "h", flat, dipped)) is None
 
@@ -103,3 +105,5 @@ def test_a_continued_run_keeps_its_twins_seed_mode_and_shape():
     assert longer["name"] == spec["name"].replace("-20st-", "-200st-") and longer["continues"] == spec["name"]
     assert {k: longer[k] for k in ("seed", "mode", "shape")} == {k: spec[k] for k in ("seed", "mode", "shape")}
     assert longer["steps"] == 200
+    main = dc.lengthened(dc.plan("main")[0], 60)  # a name without its length gets one: never the twin's name
+    assert main["name"] != main["continues"] and main["name"].endswith("-60st")
