@@ -352,18 +352,26 @@ def acted(run_dir: Path, spec: dict[str, Any]) -> int | None:
     return int(rows[0][0]) if rows and rows[0][0] is not None else spec["onset"]
 
 
-def collapsed(run_dir: Path) -> dict[str, float | None]:
+Curves = list[tuple[int, "float | None", "float | None"]]  # (step, mean entropy, mean reward), by step
+
+
+def policy_curves(run_dir: Path) -> Curves:
+    """The policy's own curves from a record's train_step rows (finite values only; None where a step has none)."""
+    import rlobs
+
+    with rlobs.open_run(run_dir) as rec:
+        return rec.sql("SELECT step, avg(entropy) FILTER (WHERE isfinite(entropy)), avg(reward_mean) FILTER (WHERE "
+                       "isfinite(reward_mean)) FROM train_step WHERE step IS NOT NULL GROUP BY step ORDER BY step"
+                       ).fetchall()
+
+
+def collapsed(run_dir: Path, rows: Curves | None = None) -> dict[str, float | None]:
     """Ground truth that needs no doctor, from the policy's own curves: the lowest 5-step mean of the entropy
     and of the mean reward, each as a share of its first 5 steps' mean. A run without an injected fault whose
     entropy or reward fell below 10 % of its start degenerated on its own (high lr / long runs: e.g. a 100-step
     run at lr 3e-3 whose reward went 0.24 -> 0.001, every group all-wrong, 14 steps without gradient); the
-    doctor's findings there are true, not false alarms."""
-    import rlobs
-
-    with rlobs.open_run(run_dir) as rec:
-        rows = rec.sql("SELECT avg(entropy) FILTER (WHERE isfinite(entropy)), avg(reward_mean) FILTER (WHERE "
-                       "isfinite(reward_mean)) FROM train_step WHERE step IS NOT NULL GROUP BY step ORDER BY step"
-                       ).fetchall()
+    doctor's findings there are true, not false alarms. ``rows``: the record's ``policy_curves``, when already read."""
+    rows = policy_curves(run_dir) if rows is None else rows
 
     def low(xs: list[float], min_start: float = 0.0) -> float | None:
         if len(xs) < 10 or sum(xs[:5]) <= 5 * min_start:  # a reward that starts near 0 cannot collapse
@@ -376,8 +384,8 @@ def collapsed(run_dir: Path) -> dict[str, float | None]:
             return None
         return (sum(xs[-n:]) / n) / (sum(xs[:5]) / 5)
 
-    rewards = [r for _, r in rows if r is not None]
-    return {"entropy": low([e for e, _ in rows if e is not None]), "reward": low(rewards, 0.05),
+    rewards = [r for _, _, r in rows if r is not None]
+    return {"entropy": low([e for _, e, _ in rows if e is not None]), "reward": low(rewards, 0.05),
             "reward_end": end(rewards)}
 
 
@@ -387,13 +395,8 @@ def degeneration_step(run_dir: Path) -> int | None:
     last-quarter rule alone, the first step after which the reward's 5-step mean never again reaches half of the
     first 5 steps' (the policy got worse and stayed worse from there), or else the last quarter's first step (the
     only branch that names the start of a span rather than the end of a window where the criterion held)."""
-    import rlobs
-
-    with rlobs.open_run(run_dir) as rec:
-        rows = rec.sql("SELECT step, avg(entropy) FILTER (WHERE isfinite(entropy)), avg(reward_mean) FILTER (WHERE "
-                       "isfinite(reward_mean)) FROM train_step WHERE step IS NOT NULL GROUP BY step ORDER BY step"
-                       ).fetchall()
-    if not degenerated(collapsed(run_dir)):
+    rows = policy_curves(run_dir)
+    if not degenerated(collapsed(run_dir, rows)):
         return None
     ent = [(s, e) for s, e, _ in rows if e is not None]
     rew = [(s, r) for s, _, r in rows if r is not None]
