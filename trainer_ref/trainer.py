@@ -40,7 +40,7 @@ class _Backward:
 
     def add(self, parts: Any) -> None:
         a = self.acc
-        a["loss"] += float(parts.loss)
+        a["loss"] += float(parts.loss.detach())
         a["tokens"] += parts.tokens
         a["is_sum"] += parts.is_ratio_mean
         a["is_clip"] += parts.is_clipped
@@ -194,7 +194,8 @@ class Trainer:
         ids, attn, mask, before, gen = b.rescore
         try:
             with torch.no_grad():
-                after, _ = grpo.token_logprobs(self.model, ids, self.pad_id, attention_mask=attn)
+                after, _ = grpo.token_logprobs(self.model, ids, self.pad_id, attention_mask=attn,
+                                               first=grpo.first_scored(mask))
             kl = grpo.policy_kl(before, after, mask, behaviour=gen)
         except Exception as e:  # noqa: BLE001 - a measurement must never cost the step (e.g. out of memory)
             import logging
@@ -224,13 +225,15 @@ class Trainer:
             ids, mask = grpo.pad_batch(seqs[sl], starts[sl], self.pad_id)
             attn = grpo.length_mask([len(x) for x in seqs[sl]], ids.shape[1]).to(self.device)
             ids, mask = ids.to(self.device), mask.to(self.device)
-            logp, ent = grpo.token_logprobs(self.model, ids, self.pad_id, with_entropy=True, attention_mask=attn)
+            first = grpo.first_scored(mask)  # the prompt's positions get no LM head / softmax
+            logp, ent = grpo.token_logprobs(self.model, ids, self.pad_id, with_entropy=True, attention_mask=attn,
+                                            first=first)
             old = logp.detach()
             gen = grpo.gen_logprob_tensor([s["logprobs"] for s in samples[sl]], starts[sl], tuple(mask.shape)).to(self.device)
             ref = None
             if self.ref is not None:
                 with torch.no_grad():
-                    ref, _ = grpo.token_logprobs(self.ref, ids, self.pad_id, attention_mask=attn)
+                    ref, _ = grpo.token_logprobs(self.ref, ids, self.pad_id, attention_mask=attn, first=first)
             adv = torch.tensor(adv_flat[sl], dtype=torch.float32, device=self.device)
             parts = grpo.grpo_loss(logp, old, gen, adv, mask, token_den, clip_eps=float(self.cfg["clip_eps"]),
                                    tis_cap=float(self.cfg["tis_cap"]), ref_logp=ref,

@@ -111,6 +111,38 @@ def test_logprobs_of_padded_batch_equal_unpadded_even_when_pad_occurs_inside():
     assert not torch.allclose(old[0, :6], got[0, :6], atol=1e-3)  # the pad-id mask got it wrong
 
 
+def test_logprobs_from_the_first_completion_position_equal_the_full_forward_there():
+    """``first`` skips the prompt's positions in the LM head and softmax: on every completion token the log-prob,
+    the entropy and the gradient they carry are the full forward's; positions before ``first`` are 0."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    m = LlamaForCausalLM(LlamaConfig(vocab_size=40, hidden_size=16, intermediate_size=32, num_hidden_layers=2,
+                                     num_attention_heads=2, num_key_value_heads=2))
+    seqs = [[1, 5, 8, 7, 3, 9, 4, 11], [1, 6, 9, 3, 12, 5], [1, 7, 7, 2, 30, 31, 32, 33, 34]]
+    starts = [5, 4, 6]  # prompts of different lengths: the earliest completion decides
+    ids, mask = grpo.pad_batch(seqs, starts, 0)
+    attn = grpo.length_mask([len(s) for s in seqs], ids.shape[1])
+    first = grpo.first_scored(mask)
+    assert first == 3 and mask[:, :first].sum() == 0 and mask[1, first] == 1
+    grads = []
+    outs = []
+    for f in (0, first):
+        m.zero_grad()
+        lp, ent = grpo.token_logprobs(m, ids, 0, with_entropy=True, attention_mask=attn, first=f)
+        ((lp + 0.1 * ent) * mask).sum().backward()
+        outs.append((lp.detach(), ent.detach()))
+        grads.append(torch.cat([p.grad.flatten() for p in m.parameters()]))
+    (full_lp, full_ent), (cut_lp, cut_ent) = outs
+    on = mask.bool()
+    assert cut_lp.shape == full_lp.shape == mask.shape
+    assert torch.allclose(cut_lp[on], full_lp[on], atol=1e-6) and torch.allclose(cut_ent[on], full_ent[on], atol=1e-6)
+    assert (cut_lp[:, :first] == 0).all() and (cut_ent[:, :first] == 0).all()
+    assert not (full_lp[:, :first] == 0).all()  # the full forward did compute them
+    assert torch.allclose(grads[0], grads[1], atol=1e-6)
+    assert grpo.first_scored(torch.zeros(2, 5)) == 0
+
+
 def test_a_failing_policy_kl_rescore_costs_the_step_nothing():
     """The re-score after the update is a measurement: when it fails (out of memory, say) the step goes on, the
     value is None and the re-score is off for the rest of the run."""
