@@ -520,7 +520,8 @@ def _oversized_from_start(ctx: RunContext, th: Mapping[str, float], last: Series
                    "policy (KL before || after, re-scored samples); a learning run moves it ~0.001-0.006 per step"),
           Evidence("expected time to impact", f"{low:g}-{high:g} steps", None, None,
                    "held-out success or the training reward fell this many steps after such first steps in "
-                   "bench/early_warning.py's learning-rate runs")]
+                   "bench/early_warning.py's learning-rate runs (tiny-packed, lr 1.5e-3); a slower model can take "
+                   "longer: `tiny` at lr 3e-3 degenerated 10-136 steps after (doctor_calib's tenth check)")]
     if lr_now is not None:
         ev.insert(1, Evidence("train_step.lr", lr_now, None, None, "the learning rate at the warning"))
     return Finding(
