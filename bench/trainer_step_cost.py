@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import statistics
@@ -74,7 +75,6 @@ def measure(model: str, steps: int, threads: int) -> dict[str, Any]:
         tr = Trainer(model_dir, cfg.to_dict(), d)
         real_first = grpo.first_scored
         times: dict[str, list[float]] = {"full": [], "first": []}
-        seqs: list[tuple[int, int]] = []
         for k in range(2 * (steps + 1)):
             arm = ("full", "first")[k % 2]
             groups = batch(tr.tok, cfg.task, cfg.groups_per_step, cfg.group_size, cfg.max_tokens, k)
@@ -87,12 +87,10 @@ def measure(model: str, steps: int, threads: int) -> dict[str, Any]:
                 grpo.first_scored = real_first
             if k >= 2:  # one warm-up step per arm
                 times[arm].append(dt)
-            s = groups[0]["samples"][0]
-            seqs.append((len(s["prompt_ids"]), len(s["prompt_ids"]) + max(len(x["completion_ids"])
-                                                                           for g in groups for x in g["samples"])))
         tr.shutdown()
     full, first = statistics.median(times["full"]), statistics.median(times["first"])
-    prompt, total = seqs[-1]
+    prompt = len(groups[0]["samples"][0]["prompt_ids"])  # the last step's batch
+    total = prompt + max(len(x["completion_ids"]) for g in groups for x in g["samples"])
     return {"model": model, "task": cfg.task, "threads": threads, "steps_per_arm": steps, **shape,
             "prompt_tokens": prompt, "sequence_tokens": total,
             "head_positions_skipped": round((prompt - 1) / (total - 1), 3),
@@ -118,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
         rows.append(r)
         print(f"{m}: prompt {r['prompt_tokens']} of {r['sequence_tokens']} tokens; step full {r['full_step_s']} s, "
               f"first {r['first_step_s']} s, ratio {r['ratio_first_over_full']}")
-    out = {"date": time.strftime("%Y-%m-%d"), "machine": {"cpus": __import__("os").cpu_count(),
+    out = {"date": time.strftime("%Y-%m-%d"), "machine": {"cpus": os.cpu_count(),
                                                           "python": platform.python_version()}, "rows": rows}
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(out, indent=2) + "\n")

@@ -25,6 +25,7 @@ each deliberate and each what current open trainers (verl, AReaL, slime, DAPO) d
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -73,14 +74,15 @@ def first_scored(mask: torch.Tensor) -> int:
     return int(cols[0]) if len(cols) else 0
 
 
-def _keeps_logits(model: Any) -> bool:
-    """Whether the model's forward takes ``logits_to_keep`` (transformers' causal LMs since 4.45)."""
+@functools.lru_cache(maxsize=None)
+def _keeps_logits(cls: type) -> bool:
+    """Whether a model class's forward takes ``logits_to_keep`` (transformers' causal LMs since 4.45); read once per
+    class (every step calls it)."""
     import inspect
 
-    fn = getattr(model, "forward", None)
     try:
-        return fn is not None and "logits_to_keep" in inspect.signature(fn).parameters
-    except (TypeError, ValueError):  # a builtin or wrapped forward without a signature
+        return "logits_to_keep" in inspect.signature(cls.forward).parameters
+    except (AttributeError, TypeError, ValueError):  # no forward, or one without a signature
         return False
 
 
@@ -105,7 +107,7 @@ def token_logprobs(model: Any, ids: torch.Tensor, pad_id: int, with_entropy: boo
         attn[:, 0] = 1
     t1 = ids.shape[1] - 1
     first = max(0, min(int(first), t1))
-    if first > 0 and _keeps_logits(model):
+    if first > 0 and _keeps_logits(type(model)):
         logits = model(input_ids=ids, attention_mask=attn, logits_to_keep=ids.shape[1] - first).logits[:, :-1].float()
     else:
         first = 0
