@@ -15,6 +15,7 @@ import itertools
 import statistics
 from collections.abc import Mapping, Sequence
 
+from rlobs.catalogue import HELDOUT_SCALARS
 from rlobs.doctor.context import RunContext, runs_of, finite
 from rlobs.doctor.model import (
     Evidence,
@@ -89,6 +90,15 @@ def scalar_series(ctx: RunContext, name: str) -> list[tuple[int, float]]:
     if not ctx.count("scalar"):
         return []
     return per_step(ctx, f"SELECT step, avg(value) FROM scalar WHERE name = {_quote(name)} AND step IS NOT NULL "
+                         f"AND isfinite(value){ctx.step_filter()} GROUP BY step ORDER BY step")
+
+
+def scalar_rows(ctx: RunContext, names: Sequence[str]) -> list[tuple[int, float]]:
+    """Per-step mean of the scalar events named in ``names`` (finite values, step order)."""
+    if not ctx.count("scalar"):
+        return []
+    quoted = ", ".join(_quote(n) for n in names)
+    return per_step(ctx, f"SELECT step, avg(value) FROM scalar WHERE name IN ({quoted}) AND step IS NOT NULL "
                          f"AND isfinite(value){ctx.step_filter()} GROUP BY step ORDER BY step")
 
 
@@ -375,11 +385,21 @@ def response_clipped(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
 
 
 @rule("entropy-collapse", concern="policy", title="Policy entropy collapses",
-      needs=("train_step",), thresholds={"ratio": 0.2, "min_base": 0.05, "min_steps": 5, **_BASELINE})
+      needs=("train_step",), thresholds={"ratio": 0.2, "min_base": 0.05, "min_steps": 5, **_BASELINE,
+                                         "held_window": 20, "held_gain": 0.2, "held_share": 0.75, "solved": 0.6,
+                                         "heldout_drop": 0.15})
 def entropy_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Mean token entropy below ``ratio`` x its early median (which must exceed ``min_base``) for
     ``min_steps`` consecutive steps: the policy became nearly deterministic, exploration stopped and the
-    group rewards stop varying (zero-std groups, no gradient)."""
+    group rewards stop varying (zero-std groups, no gradient).
+
+    A run that *converged* gets the same finding as info, not a warning: from the first collapsed step to the
+    last step judged, the training reward's ``held_window``-step mean stayed ``held_gain`` over its early median,
+    at least ``held_share`` of its best so far and at least ``solved`` (a reward bounded in [0, 1]: the policy
+    solves most training prompts, little is left to explore), and held-out success, where evaluated in that
+    stretch, stayed within ``heldout_drop`` of its best (medians of 3 evaluations). Long healthy runs end this
+    way (tiny-packed: entropy 0.95 -> 0.03 while held-out success holds at 0.8-0.9); a collapse that costs reward
+    or held-out success, or a reward without a known ceiling, stays a warning."""
     if not ctx.count("train_step"):
         return missing(ctx, "entropy-collapse", "no train_step events")
     series = per_step(ctx, "SELECT step, avg(entropy) FROM train_step WHERE step IS NOT NULL AND isfinite(entropy)"
@@ -395,19 +415,82 @@ def entropy_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         return []
     first, last = runs[0][0], runs[-1][1]
     ws, wv = _worst(series, first, last, low=True)
+    ev = [Evidence("train_step.entropy", round(wv, 4), round(limit, 4), (first, last), f"early median {base:.3g}")]
+    held, why = _reward_held(ctx, series[n - 1][0], first, th)
+    ev += held
+    title = f"entropy fell to {wv:.3g} at step {ws} ({wv / base:.0%} of its early {base:.3g}); steps {first}-{last}"
+    if why is None:
+        return [Finding(
+            rule="entropy-collapse", severity=Severity.INFO,
+            title=title + ", while the reward held near its ceiling (converged: little exploration left)",
+            first_step=first, last_step=last, evidence=ev,
+            root_cause="the policy became nearly deterministic after it learned the task: the training reward (and "
+                       "held-out success, where evaluated) stayed at its best. The normal end of a run on a task it "
+                       "solves; groups turn zero-std, so further steps teach little",
+            confidence=0.5,
+            remediation=["nothing is broken: stop here, or give it harder prompts to keep learning",
+                         "to keep exploring: clip-higher (asymmetric epsilon), a small entropy bonus or a higher "
+                         "sampling temperature"],
+        )]
     return [Finding(
-        rule="entropy-collapse", severity=Severity.WARNING,
-        title=f"entropy fell to {wv:.3g} at step {ws} ({wv / base:.0%} of its early {base:.3g}); steps {first}-{last}",
-        first_step=first, last_step=last,
-        evidence=[Evidence("train_step.entropy", round(wv, 4), round(limit, 4), (first, last),
-                           f"early median {base:.3g}")],
+        rule="entropy-collapse", severity=Severity.WARNING, title=title,
+        first_step=first, last_step=last, evidence=ev,
         root_cause="the policy collapsed onto a few outputs: too high a learning rate or too little "
                    "regularisation, clipping that only lets probabilities rise (clip-higher off), or a reward "
-                   "that one answer style maximises",
+                   "that one answer style maximises" + (f" (not a convergence: {why})" if why else ""),
         confidence=0.5,
         remediation=["lower the learning rate; use clip-higher (asymmetric epsilon) or an entropy bonus",
                      "rlobs doctor RUN --rule advantage-zero-std-groups --rule no-gradient"],
     )]
+
+
+def _reward_held(ctx: RunContext, base_last: int, first: int, th: Mapping[str, float]) -> tuple[list[Evidence], str | None]:
+    """Whether the run converged rather than collapsed (see ``entropy_collapse``): evidence, and None if it did or
+    the reason it did not."""
+    f = ctx.step_filter()
+    reward = per_step(ctx, "SELECT step, avg(reward_mean) FROM train_step WHERE step IS NOT NULL AND "
+                           f"isfinite(reward_mean){f} GROUP BY step ORDER BY step")
+    w = int(th["held_window"])
+    early = [v for s, v in reward if s <= base_last]
+    after = [i for i, (s, _) in enumerate(reward) if s >= first]
+    if not early or not after or after[0] < w - 1 or len(after) < int(th["min_steps"]):
+        return [], "no training reward over the early and the collapsed steps"
+    e0 = statistics.median(early)
+    roll = [(reward[i][0], statistics.fmean(v for _, v in reward[i - w + 1:i + 1])) for i in range(w - 1, len(reward))]
+    peak, worst, why = float("-inf"), None, None
+    for s, m in roll:
+        peak = max(peak, m)
+        if s < first:
+            continue
+        short = (m < e0 + th["held_gain"] and f"its {w}-step mean {m:.3g} at step {s} is within {th['held_gain']:g} "
+                 f"of its early {e0:.3g}") or (m < th["held_share"] * peak and f"its {w}-step mean fell to {m:.3g} "
+                 f"at step {s}, under {th['held_share']:.0%} of its best {peak:.3g}") or (
+                 m < th["solved"] and f"its {w}-step mean {m:.3g} at step {s} is under {th['solved']:g}")
+        if worst is None or m < worst[1]:
+            worst = (s, m)
+        if short and why is None:
+            why = "the training reward did not hold: " + short
+    ev = [Evidence(f"train_step.reward_mean ({w}-step mean, lowest from step {first})", round(worst[1], 4),
+                   f">= max({e0 + th['held_gain']:.3g}, {th['held_share']:.0%} of its best, {th['solved']:g})",
+                   (first, roll[-1][0]), f"early median {e0:.3g}")]
+    values = [v for _, v in reward]
+    if why is None and (min(values) < 0.0 or max(values) > 1.0):
+        why = "the reward is not bounded in [0, 1], so how near its ceiling it stayed is unknown"
+    held = scalar_rows(ctx, HELDOUT_SCALARS)
+    if len(held) >= 3 and held[-1][0] >= first:
+        smooth = [(held[i][0], statistics.median(v for _, v in held[i - 2:i + 1])) for i in range(2, len(held))]
+        best, low = float("-inf"), None
+        for s, m in smooth:
+            best = max(best, m)
+            if s >= first and m < best - th["heldout_drop"] and low is None:
+                low = (s, m, best)
+        last_s, last_m = smooth[-1]
+        ev.append(Evidence("held-out success (median of 3 evaluations)", round(low[1] if low else last_m, 4),
+                           f">= best - {th['heldout_drop']:g}", (first, last_s),
+                           f"best {max(m for _, m in smooth):.3g}"))
+        if low and why is None:
+            why = f"held-out success fell to {low[1]:.3g} at step {low[0]} from its best {low[2]:.3g}"
+    return ev, why
 
 
 @rule("no-gradient", concern="grad_norm", title="Steps with no gradient (update did nothing)",
