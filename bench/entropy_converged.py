@@ -15,8 +15,8 @@ is <= its first evaluation (or <= 0.05). Scored: every warning / critical findin
 a false alarm), and ``entropy-collapse``'s severity on the degenerated runs (a warning expected wherever it fires).
 
 Splits (registered 4 Dec 2026 before any held-out run was recorded; the rule's held-reward guard and its numbers,
-``held_window`` 20, ``held_gain`` 0.2, ``held_share`` 0.75, ``solved`` 0.6, ``heldout_drop`` 0.15, were chosen on the tune split and
-the previous session's records -- dc9/dc10 ``tiny`` lr 3e-3 degenerations, two healthy 250-step runs -- and
+``held_window`` 20, ``held_gain`` 0.2, ``held_share`` 0.75, ``solved`` 0.6, ``heldout_drop`` 0.15, were chosen on
+the tune split and the previous session's records -- dc9/dc10 ``tiny`` lr 3e-3 degenerations, two healthy 250-step runs -- and
 frozen in the same commit as this file):
 - tune: tiny-packed sync lr 3e-4 / 5e-4 and separate_async lr 3e-4, 250 steps, seed 900.
 - heldout: tiny-packed, lr 3e-4 or 5e-4, 150-250 steps, in every mode, seeds 910-916; ``tiny`` at lr 3e-3 (4 groups
@@ -118,7 +118,8 @@ def score_one(rd: Path) -> dict[str, Any]:
 
 
 def score(split: str, root: Path, out: Path) -> dict[str, Any]:
-    rows = {name: score_one(root / split / name) for name in PLAN[split] if (root / split / name / "done.json").exists()}
+    rows = {name: score_one(root / split / name) for name in PLAN[split]
+            if (root / split / name / "done.json").exists()}
     conv = {n: r for n, r in rows.items() if r["truth"] == "converged"}
     degen = {n: r for n, r in rows.items() if r["truth"] == "degenerated"}
     summary = {
