@@ -107,14 +107,23 @@ def score_one(rd: Path) -> dict[str, Any]:
             "ORDER BY step").fetchall()]
         ent = rec.sql("SELECT min(e), max(e) FROM (SELECT avg(entropy) e FROM train_step GROUP BY step)").fetchall()[0]
         rep = diagnose(rec)
+        # the rule as it was before the guard: no run converges (held_gain out of reach)
+        old = diagnose(rec, rule_ids=["entropy-collapse"], thresholds={"entropy-collapse": {"held_gain": 1e9}})
     ec = [f for f in rep.findings if f.rule == "entropy-collapse"]
+    ec_old = [f for f in old.findings if f.rule == "entropy-collapse"]
     return {
         "truth": truth(held), "heldout": [round(v, 3) for _, v in held], "entropy_range": [round(x, 3) for x in ent],
         "entropy_collapse": (f"{ec[0].severity.name.lower()}@{ec[0].first_step}: {ec[0].title}" if ec else None),
+        "entropy_collapse_without_guard": (f"{ec_old[0].severity.name.lower()}@{ec_old[0].first_step}" if ec_old
+                                           else None),
         "warnings": sorted(f"{f.rule}:{f.severity.name.lower()}@{f.first_step}" for f in rep.findings
                            if f.severity >= Severity.WARNING and f.rule != BIAS),
         "bias_reported": [f"{f.rule}:{f.severity.name.lower()}" for f in rep.findings if f.rule == BIAS],
     }
+
+
+def _warned(found: str | None) -> bool:
+    return bool(found) and found.startswith("warning")
 
 
 def score(split: str, root: Path, out: Path) -> dict[str, Any]:
@@ -126,10 +135,14 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
         "converged runs": len(conv),
         "converged runs with a warning or critical (false alarms)": sum(bool(r["warnings"]) for r in conv.values()),
         "converged runs where entropy-collapse fired": sum(bool(r["entropy_collapse"]) for r in conv.values()),
-        "... of them at warning": sum((r["entropy_collapse"] or "").startswith("warning") for r in conv.values()),
+        "converged runs where entropy-collapse warned": sum(_warned(r["entropy_collapse"]) for r in conv.values()),
+        "converged runs where it warned without the guard (the rule before 4 Dec 2026)": sum(
+            _warned(r["entropy_collapse_without_guard"]) for r in conv.values()),
         "degenerated runs": len(degen),
         "degenerated runs where entropy-collapse fired": sum(bool(r["entropy_collapse"]) for r in degen.values()),
-        "... of them at warning": sum((r["entropy_collapse"] or "").startswith("warning") for r in degen.values()),
+        "degenerated runs where entropy-collapse warned": sum(_warned(r["entropy_collapse"]) for r in degen.values()),
+        "degenerated runs where it warned without the guard": sum(
+            _warned(r["entropy_collapse_without_guard"]) for r in degen.values()),
         "other runs": len(rows) - len(conv) - len(degen),
         "runs with selection-bias reported (apart)": sum(bool(r["bias_reported"]) for r in rows.values()),
     }
@@ -137,12 +150,13 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}_{split}.json").write_text(json.dumps(res, indent=1))
     lines = [f"# entropy-collapse on long runs: {split} split", "", *(f"- {k}: {v}" for k, v in summary.items()), "",
-             "| run | truth | held-out (first, last 3) | entropy min-max | entropy-collapse | warnings / criticals "
-             "| selection-bias |", "|---|---|---|---|---|---|---|"]
+             "| run | truth | held-out (first, last 3) | entropy min-max | entropy-collapse | without the guard "
+             "| warnings / criticals | selection-bias |", "|---|---|---|---|---|---|---|---|"]
     for n, r in rows.items():
         h = r["heldout"]
         lines.append(f"| {n} | {r['truth']} | {h[0] if h else '-'} -> {h[-3:]} | {r['entropy_range']} | "
-                     f"{r['entropy_collapse'] or '-'} | {', '.join(r['warnings']) or '-'} | "
+                     f"{r['entropy_collapse'] or '-'} | {r['entropy_collapse_without_guard'] or '-'} | "
+                     f"{', '.join(r['warnings']) or '-'} | "
                      f"{', '.join(r['bias_reported']) or '-'} |")
     Path(f"{out}_{split}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
