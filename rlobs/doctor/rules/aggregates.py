@@ -444,7 +444,8 @@ def entropy_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     )]
 
 
-def _reward_held(ctx: RunContext, base_last: int, first: int, th: Mapping[str, float]) -> tuple[list[Evidence], str | None]:
+def _reward_held(ctx: RunContext, base_last: int, first: int,
+                 th: Mapping[str, float]) -> tuple[list[Evidence], str | None]:
     """Whether the run converged rather than collapsed (see ``entropy_collapse``): evidence, and None if it did or
     the reason it did not."""
     f = ctx.step_filter()
