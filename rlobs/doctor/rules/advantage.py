@@ -6,6 +6,7 @@ import math
 from collections.abc import Mapping
 
 from rlobs.doctor.context import RunContext, runs_of
+from rlobs.doctor.rules.aggregates import SOLVED, task_solved
 from rlobs.doctor.model import (
     Evidence,
     Finding,
@@ -26,7 +27,7 @@ def _per_step(ctx: RunContext, expr: str) -> list[tuple[int, float]]:
 # grad-norm spike (and the reward drop of a constant grader) at the onset is a symptom of the same cause
 @rule("advantage-zero-std-groups", concern="advantage", title="Most GRPO groups carry no signal (zero reward std)",
       needs=("advantage",), thresholds={"min_steps": 2, "baseline_steps": 20, "min_baseline_groups": 8,
-                                          "rise_min_steps": 3, "rise_reward_share": 0.5},
+                                          "rise_min_steps": 3, "rise_reward_share": 0.5, **SOLVED},
       # ratio, min_share: the failure table
       causes=("grad-norm-spike", "no-gradient"))
 def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
@@ -45,7 +46,12 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     ``rise_reward_share`` of the baseline's: groups failing alike. A policy that solves its prompts also raises
     the share (all-correct groups), with its reward: that is not this. (Fourth pass: without the reward and
     length bars, 2-3-step bursts of a healthy 100-step run's natural share, 11 of 12 and 12 of 16 groups with
-    the reward 0.17 -> 0.15 and 0.28 -> 0.24, passed the test; a constant grader takes the reward to ~0.)"""
+    the reward 0.17 -> 0.15 and 0.28 -> 0.24, passed the test; a constant grader takes the reward to ~0.)
+
+    Groups that are all correct because the policy solved the task are not a failure: when those steps are a
+    solved task (``task_solved``: training reward and held-out success both near 1, and close to each other) the
+    finding is info. A grader that turned constant at 1 lifts the training reward but not held-out success, and
+    stays a warning. SmolLM2 on its echo task reaches reward 1.0 in 5 steps; every group is then zero-std."""
     from rlobs.detect import wilson
 
     if not ctx.count("advantage"):
@@ -92,11 +98,24 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                            th["min_share"], (first, last), "pooled over those steps; lower bound vs min_share"))
     ev.extend(Evidence("zero-std share vs the run's own history", r, 1 - conf, (first, last),
                        "a sudden rise while the reward fell (one-sided Fisher exact test)") for r in rises)
+    title = f"{worst:.0%} of groups had identical rewards (zero std) over steps {first}-{last}" + (
+        f" ({k} of {n} groups)" if n else "")
+    solved, not_solved = task_solved(ctx, first, last, th)
+    if not_solved is None:
+        return [Finding(
+            rule="advantage-zero-std-groups", severity=Severity.INFO,
+            title=title + ": all correct, the task is solved", first_step=first, last_step=last,
+            evidence=ev + solved,
+            root_cause="the policy solves these prompts: every sample of a group earns the full reward, so the "
+                       "groups carry no advantage and further steps teach little (held-out success agrees, so "
+                       "the grader is not what turned constant)",
+            confidence=0.5,
+            remediation=["nothing is broken: stop here, or move to harder prompts (drop groups whose pass rate is "
+                         "1: dynamic sampling / curriculum)"],
+        )]
     return [Finding(
         rule="advantage-zero-std-groups", severity=Severity.WARNING,
-        title=f"{worst:.0%} of groups had identical rewards (zero std) over steps {first}-{last}"
-              + (f" ({k} of {n} groups)" if n else ""),
-        first_step=first, last_step=last,
+        title=title, first_step=first, last_step=last,
         evidence=ev,
         root_cause="the task is too easy or too hard for the current policy (all-correct or all-wrong groups), "
                    "or the grader returns a constant (check grader outcomes and rewards)",

@@ -62,6 +62,8 @@ ENABLE: dict[str, dict[str, str]] = {
 }
 
 _BASELINE = {"baseline_frac": 0.1, "baseline_min": 5}
+# a task the policy solved outright (``task_solved``): its training reward and held-out success both near 1
+SOLVED = {"solved_reward": 0.9, "solved_heldout": 0.85, "solved_gap": 0.1}
 
 
 def framework(ctx: RunContext) -> str:
@@ -387,7 +389,7 @@ def response_clipped(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
 @rule("entropy-collapse", concern="policy", title="Policy entropy collapses",
       needs=("train_step",), thresholds={"ratio": 0.2, "min_base": 0.05, "min_steps": 5, **_BASELINE,
                                          "held_window": 20, "held_gain": 0.2, "held_share": 0.75, "solved": 0.6,
-                                         "heldout_drop": 0.15})
+                                         "heldout_drop": 0.15, **SOLVED})
 def entropy_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Mean token entropy below ``ratio`` x its early median (which must exceed ``min_base``) for
     ``min_steps`` consecutive steps: the policy became nearly deterministic, exploration stopped and the
@@ -399,7 +401,11 @@ def entropy_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     solves most training prompts, little is left to explore), and held-out success, where evaluated in that
     stretch, stayed within ``heldout_drop`` of its best (medians of 3 evaluations). Long healthy runs end this
     way (tiny-packed: entropy 0.95 -> 0.03 while held-out success holds at 0.8-0.9); a collapse that costs reward
-    or held-out success, or a reward without a known ceiling, stays a warning."""
+    or held-out success, or a reward without a known ceiling, stays a warning.
+
+    A run too short for that window, or near its ceiling from the start (no room for ``held_gain``), converged too
+    when the collapsed steps are a solved task (``task_solved``: training reward and held-out success both near 1).
+    SmolLM2 on its echo task goes 0.83 -> 1.0 in 5 steps, and its entropy 0.41 -> 0.005 with it."""
     if not ctx.count("train_step"):
         return missing(ctx, "entropy-collapse", "no train_step events")
     series = per_step(ctx, "SELECT step, avg(entropy) FROM train_step WHERE step IS NOT NULL AND isfinite(entropy)"
@@ -417,6 +423,12 @@ def entropy_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     ws, wv = _worst(series, first, last, low=True)
     ev = [Evidence("train_step.entropy", round(wv, 4), round(limit, 4), (first, last), f"early median {base:.3g}")]
     held, why = _reward_held(ctx, series[n - 1][0], first, th)
+    if why is not None:
+        solved, not_solved = task_solved(ctx, first, last, th)
+        if not_solved is None:
+            held, why = solved, None
+        else:
+            why += f"; nor is it a solved task: {not_solved}"
     ev += held
     title = f"entropy fell to {wv:.3g} at step {ws} ({wv / base:.0%} of its early {base:.3g}); steps {first}-{last}"
     if why is None:
@@ -442,6 +454,44 @@ def entropy_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         remediation=["lower the learning rate; use clip-higher (asymmetric epsilon) or an entropy bonus",
                      "rlobs doctor RUN --rule advantage-zero-std-groups --rule no-gradient"],
     )]
+
+
+def task_solved(ctx: RunContext, first: int, last: int,
+                th: Mapping[str, float]) -> tuple[list[Evidence], str | None]:
+    """Whether steps ``first``..``last`` are a task the policy solved rather than a failure: the training reward
+    (bounded in [0, 1]) averaged at least ``solved_reward`` over them, and every held-out evaluation from ``first``
+    on (at least one is needed) was at least ``solved_heldout`` and within ``solved_gap`` of that average.
+
+    The held-out leg is what tells a solved task from a broken grader: a grader that turned constant at 1 (or a
+    loophole) lifts the training reward, not held-out success, which trainer_ref grades with an exact check on
+    prompts it never trains on. Without held-out success in the record nothing counts as solved. Returns the
+    evidence, and None if solved or the reason it is not."""
+    f = ctx.step_filter()
+    reward = per_step(ctx, "SELECT step, avg(reward_mean) FROM train_step WHERE step IS NOT NULL AND "
+                           f"isfinite(reward_mean){f} GROUP BY step ORDER BY step")
+    inside = [v for s, v in reward if first <= s <= last]
+    if not inside:
+        return [], "no training reward over those steps"
+    if min(v for _, v in reward) < 0.0 or max(v for _, v in reward) > 1.0:
+        return [], "the reward is not bounded in [0, 1]"
+    m = statistics.fmean(inside)
+    floor = max(th["solved_heldout"], m - th["solved_gap"])
+    ev = [Evidence("train_step.reward_mean (mean over the steps)", round(m, 4), f">= {th['solved_reward']:g}",
+                   (first, last), f"{len(inside)} steps")]
+    held = [(s, v) for s, v in scalar_rows(ctx, HELDOUT_SCALARS) if s >= first]
+    if held:
+        low = min(held, key=lambda sv: sv[1])
+        ev.append(Evidence("held-out success (lowest evaluation from the first step on)", round(low[1], 4),
+                           f">= max({th['solved_heldout']:g}, training reward - {th['solved_gap']:g}) = {floor:.3g}",
+                           (held[0][0], held[-1][0]), f"{len(held)} evaluations; the task's exact check"))
+    if m < th["solved_reward"]:
+        return ev, f"the training reward averaged {m:.3g} over steps {first}-{last}, under {th['solved_reward']:g}"
+    if not held:
+        return ev, "no held-out success evaluated from that step on, to tell a solved task from a broken grader"
+    if low[1] < floor:
+        return ev, (f"held-out success was {low[1]:.3g} at step {low[0]}, under {floor:.3g} (the training reward "
+                    f"{m:.3g} is not matched off the training prompts)")
+    return ev, None
 
 
 def _reward_held(ctx: RunContext, base_last: int, first: int,

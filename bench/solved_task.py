@@ -1,0 +1,171 @@
+"""Does the doctor tell a task the policy solved from a failure? Short real runs that reach their ceiling.
+
+    python bench/solved_task.py run   [--split tune|heldout] [--root DIR]   # record (resumable)
+    python bench/solved_task.py score [--split tune|heldout] [--root DIR]   # doctor on every record
+
+Why: ``make main MODEL=smollm2`` (README's second main job: SmolLM2-135M on its echo task, 12 steps) goes from
+reward 0.83 to 1.0 by step 5, and on 3 Dec 2026 the doctor answered it with two warnings: every group zero-std
+(``advantage-zero-std-groups``) and entropy 0.41 -> 0.005 (``entropy-collapse``). Both are true of a solved task
+and neither is a failure: a warning on a healthy run is a defect. entropy-collapse's convergence guard
+(bench/entropy_converged.py) needs a 20-step window and a reward gain of 0.2, which a 12-step run near its
+ceiling from the start cannot show.
+
+The change (frozen in the commit that adds this file, before any run below was recorded; numbers set from the
+3 Dec run's description, not tuned): ``rlobs.doctor.rules.aggregates.task_solved`` -- over the flagged steps the
+training reward (bounded in [0, 1]) averages >= 0.9, and every held-out evaluation from the first flagged step on
+(at least one) is >= max(0.85, that average - 0.1). Both rules then answer at info. The held-out leg is what tells
+a solved task from a grader that turned constant at 1: that lifts the training reward, not held-out success
+(trainer_ref grades it with an exact check on prompts it never trains on).
+
+Scored, per run: every warning / critical of any rule (on a healthy run each is a false alarm;
+``selection-bias`` reported apart, as in bench/doctor_calib.py), and the two rules' severity with the solved leg
+and without it (``solved_reward`` 2: out of reach, the rules before this change). On the fault runs the expected
+answer is ``advantage-zero-std-groups`` at warning (and any entropy-collapse at warning).
+
+Splits (registered 4 Dec 2026, before any of these runs was recorded):
+- tune: the README command itself, ``make main MODEL=smollm2``'s settings (separate_async, lr 2e-5, 12 steps of
+  4 groups x 4, 16 tokens, held-out 32 prompts x 4 every 4 steps), seed 0. Checks the mechanics; nothing is tuned
+  on it unless it fails, and then the held-out split is scored under whatever is frozen next, reported as such.
+- heldout: the same settings, seeds 1-3, one in each mode (sync, colocate_async, separate_async): healthy.
+  Fault runs, a grader constant at reward 1 for 7 prompts in 8 (``--fault zero_std --fault-magnitude 1``):
+  SmolLM2, same settings, onset step 2, seed 4 (the model would solve the task; the grader hides that it has not
+  yet); tiny-packed, lr 3e-4, 30 steps, onset 10, seeds 960 (sync) and 961 (separate_async).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "bench/results/solved_task"
+BIAS = "selection-bias"
+RULES = ("advantage-zero-std-groups", "entropy-collapse")
+
+# the Makefile's MAIN_ARGS for MODEL=smollm2
+SMOL = ["--model", "smollm2", "--lr", "2e-5", "--steps", "12", "--groups-per-step", "4", "--group-size", "4",
+        "--max-tokens", "16", "--eval-every", "4", "--eval-prompts", "32"]
+CONST1 = ["--fault", "zero_std", "--fault-magnitude", "1"]
+TP = ["--model", "tiny-packed", "--lr", "3e-4", "--steps", "30", "--eval-every", "10"]
+# name -> (mode, seed, extra arguments, healthy)
+PLAN: dict[str, dict[str, tuple[str, int, list[str], bool]]] = {
+    "tune": {"smol-separate_async-s0": ("separate_async", 0, SMOL, True)},
+    "heldout": {
+        "smol-sync-s1": ("sync", 1, SMOL, True),
+        "smol-colocate_async-s2": ("colocate_async", 2, SMOL, True),
+        "smol-separate_async-s3": ("separate_async", 3, SMOL, True),
+        "smol-const1-onset2-s4": ("separate_async", 4, [*SMOL, *CONST1, "--fault-onset", "2"], False),
+        "tp-sync-const1-onset10-s960": ("sync", 960, [*TP, *CONST1, "--fault-onset", "10"], False),
+        "tp-separate_async-const1-onset10-s961": ("separate_async", 961, [*TP, *CONST1, "--fault-onset", "10"],
+                                                  False),
+    },
+}
+
+
+def run(split: str, root: Path, only: str = "") -> None:
+    """Record every planned run not yet recorded (one ``python -m trainer_ref.run`` process each)."""
+    (root / split).mkdir(parents=True, exist_ok=True)
+    for name, (mode, seed, extra, _) in PLAN[split].items():
+        rd = root / split / name
+        if (only and name not in only.split(",")) or (rd / "done.json").exists():
+            continue
+        cmd = [sys.executable, "-m", "trainer_ref.run", "--mode", mode, "--seed", str(seed), "--no-progress",
+               "--run-dir", str(rd), *extra]
+        t0 = time.monotonic()
+        with (root / split / f"{name}.log").open("w") as log:
+            rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        print(f"{name}: rc {rc}, {time.monotonic() - t0:.0f} s", flush=True)
+        if rc == 0:
+            (rd / "done.json").write_text(json.dumps({"cmd": cmd, "seconds": time.monotonic() - t0}))
+
+
+def _sev(findings: list[Any], rule: str) -> str | None:
+    f = next((f for f in findings if f.rule == rule), None)
+    return f"{f.severity.name.lower()}@{f.first_step}" if f else None
+
+
+def score_one(rd: Path) -> dict[str, Any]:
+    import rlobs
+    from rlobs.catalogue import HELDOUT_SCALARS
+    from rlobs.doctor import Severity, diagnose
+
+    with rlobs.open_run(rd) as rec:
+        names = ", ".join(f"'{n}'" for n in HELDOUT_SCALARS)
+        held = [round(float(v), 3) for _, v in rec.sql(
+            f"SELECT step, avg(value) FROM scalar WHERE name IN ({names}) AND isfinite(value) GROUP BY step "
+            "ORDER BY step").fetchall()]
+        reward = [round(float(v), 3) for _, v in rec.sql(
+            "SELECT step, avg(reward_mean) FROM train_step GROUP BY step ORDER BY step").fetchall()]
+        ent = rec.sql("SELECT min(e), max(e) FROM (SELECT avg(entropy) e FROM train_step GROUP BY step)").fetchall()[0]
+        rep = diagnose(rec)
+        old = diagnose(rec, rule_ids=list(RULES), thresholds={r: {"solved_reward": 2.0} for r in RULES})
+    return {
+        "heldout": held, "reward": reward, "entropy_range": [round(float(x), 3) for x in ent],
+        **{r: _sev(rep.findings, r) for r in RULES},
+        **{f"{r} without the solved leg": _sev(old.findings, r) for r in RULES},
+        "warnings": sorted(f"{f.rule}:{f.severity.name.lower()}@{f.first_step}" for f in rep.findings
+                           if f.severity >= Severity.WARNING and f.rule != BIAS),
+        "bias_reported": [f"{f.rule}:{f.severity.name.lower()}" for f in rep.findings if f.rule == BIAS],
+    }
+
+
+def _warned(found: str | None) -> bool:
+    return bool(found) and not found.startswith("info")
+
+
+def score(split: str, root: Path, out: Path) -> dict[str, Any]:
+    rows = {name: {"healthy": healthy, **score_one(root / split / name)}
+            for name, (_, _, _, healthy) in PLAN[split].items() if (root / split / name / "done.json").exists()}
+    ok = {n: r for n, r in rows.items() if r["healthy"]}
+    bad = {n: r for n, r in rows.items() if not r["healthy"]}
+    summary = {
+        "healthy runs": len(ok),
+        "healthy runs with a warning or critical (false alarms)": sum(bool(r["warnings"]) for r in ok.values()),
+        **{f"healthy runs where {r} warned (before: without the solved leg)":
+           f"{sum(_warned(x[r]) for x in ok.values())} "
+           f"({sum(_warned(x[f'{r} without the solved leg']) for x in ok.values())})" for r in RULES},
+        "constant-grader runs": len(bad),
+        "constant-grader runs where advantage-zero-std-groups warned": sum(
+            _warned(r["advantage-zero-std-groups"]) for r in bad.values()),
+        "constant-grader runs where entropy-collapse fired / warned": (
+            f"{sum(bool(r['entropy-collapse']) for r in bad.values())} / "
+            f"{sum(_warned(r['entropy-collapse']) for r in bad.values())}"),
+        "runs with selection-bias reported (apart)": sum(bool(r["bias_reported"]) for r in rows.values()),
+    }
+    res = {"split": split, "summary": summary, "runs": rows}
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{out}_{split}.json").write_text(json.dumps(res, indent=1))
+    lines = [f"# Solved tasks vs failures: {split} split", "", *(f"- {k}: {v}" for k, v in summary.items()), "",
+             "| run | healthy | training reward (first, last) | held-out | entropy min-max | zero-std (without the "
+             "leg) | entropy-collapse (without) | warnings / criticals |", "|---|---|---|---|---|---|---|---|"]
+    for n, r in rows.items():
+        z, e = RULES
+        lines.append(f"| {n} | {r['healthy']} | {r['reward'][:1]} -> {r['reward'][-1:]} | {r['heldout']} | "
+                     f"{r['entropy_range']} | {r[z] or '-'} ({r[z + ' without the solved leg'] or '-'}) | "
+                     f"{r[e] or '-'} ({r[e + ' without the solved leg'] or '-'}) | {', '.join(r['warnings']) or '-'} |")
+    Path(f"{out}_{split}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    return res
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("cmd", choices=("run", "score"))
+    ap.add_argument("--split", default="heldout", choices=tuple(PLAN))
+    ap.add_argument("--root", default="/tmp/rlobs-solved-task", help="where the run records go")
+    ap.add_argument("--only", default="", help="comma-separated run names")
+    ap.add_argument("--out", default=str(OUT))
+    a = ap.parse_args()
+    if a.cmd == "run":
+        run(a.split, Path(a.root), a.only)
+    else:
+        score(a.split, Path(a.root), Path(a.out))
+
+
+if __name__ == "__main__":
+    main()
