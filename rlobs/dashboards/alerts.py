@@ -67,6 +67,10 @@ class AlertThresholds:
     advantage_abs_max: float = field(default_factory=lambda: _th("advantage-denominator-collapse", "max_abs_advantage"))  # GRPO |advantage| is <= sqrt(G-1) (~4 at G=16) with a sane std
     # mean share over 10 min, the doctor's share: a max over the last batch flapped 21 times on a healthy run
     zero_std_groups_ratio: float = field(default_factory=lambda: _th("advantage-zero-std-groups", "ratio"))
+    # ... unless the task is solved (rlobs.failures.SOLVED, the doctor's numbers)
+    solved_reward: float = field(default_factory=lambda: _th("advantage-zero-std-groups", "solved_reward"))
+    solved_heldout: float = field(default_factory=lambda: _th("advantage-zero-std-groups", "solved_heldout"))
+    solved_gap: float = field(default_factory=lambda: _th("advantage-zero-std-groups", "solved_gap"))
     grader_timeout_ratio: float = field(default_factory=lambda: _th("grader-timeouts", "share"))
     # the trainer waits over this share of its time AND this many times its own share of the previous hour:
     # a generation-bound run (0.58 on CPU, healthy) is its own baseline, a starved one departs from it
@@ -155,6 +159,17 @@ def _gt(expr: str, threshold: float) -> str:
 def _rate(name: str, scope: Scope, offset: str = "") -> str:
     """``rate`` over the scope's window, ``offset`` back in time (a baseline that excludes the present)."""
     return rate(name, scope) if not offset else f"rate({series(name, scope)}[{scope.window}] offset {offset})"
+
+
+def _task_solved(window: str) -> str:
+    """Runs whose task is solved, the doctor's ``task_solved`` read live: the training reward's mean over ``window``
+    at least ``solved_reward`` and the last held-out success at least ``solved_heldout`` and within ``solved_gap``
+    of it. A run that never evaluates held-out success is never solved here (a grader constant at 1 looks
+    the same from the training reward alone)."""
+    reward = agg("max", f"avg_over_time({series('rlobs_reward_mean', ALERT)}[{window}])", ("run",))
+    held = agg("max", series("rlobs_heldout_success", ALERT), ("run",))
+    return (f"(({reward} >= {T.solved_reward:g}) and on (run) ({held} >= {T.solved_heldout:g}) "
+            f"and on (run) ({held} - {reward} >= -{T.solved_gap:g}))")
 
 
 def running(expr: str, by: tuple[str, ...] = GROUP) -> str:
@@ -337,12 +352,13 @@ RULES: tuple[AlertRule, ...] = (
     AlertRule(
         "advantage-zero-std-groups", "warning",
         running(_gt(agg("max", f"avg_over_time({series('rlobs_advantage_zero_std_groups_ratio', ALERT)}[10m])",
-                        GROUP), T.zero_std_groups_ratio)),
+                        GROUP), T.zero_std_groups_ratio) + f" unless on (run) {_task_solved('10m')}"),
         "5m",
         "Most GRPO groups carry no learning signal ({{ $labels.run }})",
         "On average {{ $value | humanizePercentage }} of the groups of {{ $labels.component }} (run "
         "{{ $labels.run }}) had identical rewards (std 0) over 10 minutes, so their advantages are zero "
-        f"(alert at {T.zero_std_groups_ratio:.0%}).",
+        f"(alert at {T.zero_std_groups_ratio:.0%}; quiet while the task is solved: a training reward of "
+        f"{T.solved_reward:g}+ matched by held-out success).",
         PromtoolCase((("rlobs_advantage_zero_std_groups_ratio", {}, "0.1x5 0.9x14"),), "90%",
                      not_yet_min=10, firing_min=20)),
     AlertRule(

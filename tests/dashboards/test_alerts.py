@@ -125,3 +125,37 @@ def test_alert_names_and_ids():
 
     with pytest.raises(ValueError, match="valid"):
         a.rule("nope")
+
+
+def test_zero_std_alert_is_quiet_on_a_solved_task_and_fires_on_a_grader_constant_at_one(tmp_path):
+    """`make main MODEL=smollm2` solves its task by step 5: every group all correct, the reward 1.0, held-out success
+    0.99. That is not a page. A grader that turned constant at 1 gives the same zero-std share and training reward
+    but leaves held-out success where it was (0.63), and a run that evaluates no held-out success cannot tell the
+    two apart: both page. A real promtool evaluates the committed rule."""
+    labels = {**a.CASE_LABELS}
+
+    def sel(name: str, **extra: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**labels, **extra}.items()) + "}"
+
+    def case(name: str, heldout: str | None, fires: bool) -> dict:
+        series = [{"series": sel("rlobs_advantage_zero_std_groups_ratio"), "values": "0.1x5 1x24"},
+                  {"series": sel("rlobs_reward_mean"), "values": "0.8x5 1x24"},
+                  {"series": sel("up"), "values": "1x30"}]
+        if heldout is not None:  # the orchestrator's evaluation, another component of the same run
+            series.append({"series": sel("rlobs_heldout_success", component="orchestrator"), "values": heldout})
+        r = a.rule("advantage-zero-std-groups")
+        alert = {**r.labels, "run": "r1", "component": "trainer"}
+        got = [{"exp_labels": alert, "exp_annotations": {k: a._render(v, alert, "100%")
+                                                         for k, v in r.annotations().items()}}] if fires else []
+        return {"name": name, "interval": "1m", "input_series": series,
+                "alert_rule_test": [{"eval_time": "25m", "alertname": r.name, "exp_alerts": got}]}
+
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml")], "evaluation_interval": "1m", "tests": [
+        case("solved: held-out success matches the reward", "0.62x5 0.99x24", fires=False),
+        case("a grader constant at 1: held-out success stays", "0.62x5 0.63x24", fires=True),
+        case("held-out success 0.88, 0.12 under the reward", "0.62x5 0.88x24", fires=True),
+        case("no held-out success evaluated", None, fires=True)]}
+    (tmp_path / "solved_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "solved_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr

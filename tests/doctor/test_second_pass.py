@@ -198,3 +198,53 @@ def test_entropy_collapse_after_the_task_is_solved_is_info_and_a_collapse_that_c
     # a collapse too early to judge a 20-step reward mean by is a warning
     (f,) = _find(_entropy_run(tmp_path / "early", 0.9, collapse_at=12), "entropy-collapse")
     assert f.severity == Severity.WARNING, f
+
+
+def _solved_run(run: Path, *, reward_solved: float = 1.0, heldout: tuple[float, ...] = (0.62, 0.99, 0.99, 0.99),
+                steps: int = 12, solved_at: int = 5) -> Path:
+    """``make main MODEL=smollm2``'s shape (3 Dec 2026): 12 steps of 4 groups x 4, the training reward 0.83 ->
+    ``reward_solved`` from ``solved_at`` on, when every group turns zero-std and entropy falls 0.41 -> 0.005;
+    held-out success every 4 steps (``heldout``, one per evaluation; none if empty)."""
+    r = _rec(run, mode="separate_async")
+    rng = random.Random(3)
+    for s in range(steps):
+        hot = s >= solved_at
+        r.emit("advantage", step=s, groups=4, zero_std_groups=4 if hot else 1, zero_std_ratio=1.0 if hot else 0.25)
+        r.emit("train_step", step=s, grad_norm=0.0 if hot else rng.uniform(0.5, 1.5), loss=0.0,
+               reward_mean=reward_solved if hot else 0.83 + rng.uniform(-0.05, 0.05),
+               entropy=0.005 if hot else 0.41 * (1 + rng.uniform(-0.05, 0.05)))
+        if s % 4 == 0 and s // 4 < len(heldout):
+            r.emit("scalar", step=s, name="rlobs/heldout_success", value=heldout[s // 4])
+    assert r.flush(10.0)
+    r.close()
+    return run
+
+
+def test_a_task_solved_early_is_info_and_a_grader_constant_at_one_is_a_warning(tmp_path: Path):
+    # `make main MODEL=smollm2` solves its echo task by step 5: every group all correct, entropy 0.41 -> 0.005. The
+    # doctor warned twice on that healthy run. Solved (training reward >= 0.9, held-out success >= 0.85 and
+    # within 0.1 of it): info, from both rules. A grader that turned constant at 1 lifts the training reward but
+    # not held-out success (graded by an exact check on unseen prompts), and stays a warning; so do a run with
+    # no held-out success to tell them apart and a reward under 0.9.
+    rules = ("advantage-zero-std-groups", "entropy-collapse")
+    run = _solved_run(tmp_path / "solved")
+    for rule in rules:
+        (f,) = _find(run, rule)
+        assert f.severity == Severity.INFO and f.first_step == 5, (rule, f)
+        assert any(e.metric.startswith("held-out success") for e in f.evidence), f.evidence
+    cases = {
+        "constant_grader": (dict(heldout=(0.62, 0.66, 0.63, 0.65)), "held-out success was 0.63"),
+        "no_heldout": (dict(heldout=()), "no held-out success"),
+        "short_of_solved": (dict(reward_solved=0.85, heldout=(0.62, 0.85, 0.86, 0.85)), "averaged 0.85"),
+    }
+    for name, (kw, why) in cases.items():
+        run = _solved_run(tmp_path / name, **kw)
+        for rule in rules:
+            (f,) = _find(run, rule)
+            assert f.severity == Severity.WARNING, (name, rule, f)
+        (f,) = _find(run, "entropy-collapse")
+        assert why in f.root_cause, (name, f.root_cause)
+    # the solved leg can be switched off (as bench/solved_task.py scores the rules before it)
+    (f,) = _find(_solved_run(tmp_path / "off"), "entropy-collapse",
+                 thresholds={"entropy-collapse": {"solved_reward": 2.0}})
+    assert f.severity == Severity.WARNING, f

@@ -6,7 +6,7 @@ import math
 from collections.abc import Mapping
 
 from rlobs.doctor.context import RunContext, runs_of
-from rlobs.doctor.rules.aggregates import SOLVED, task_solved
+from rlobs.doctor.rules.aggregates import task_solved
 from rlobs.doctor.model import (
     Evidence,
     Finding,
@@ -27,8 +27,8 @@ def _per_step(ctx: RunContext, expr: str) -> list[tuple[int, float]]:
 # grad-norm spike (and the reward drop of a constant grader) at the onset is a symptom of the same cause
 @rule("advantage-zero-std-groups", concern="advantage", title="Most GRPO groups carry no signal (zero reward std)",
       needs=("advantage",), thresholds={"min_steps": 2, "baseline_steps": 20, "min_baseline_groups": 8,
-                                          "rise_min_steps": 3, "rise_reward_share": 0.5, **SOLVED},
-      # ratio, min_share: the failure table
+                                          "rise_min_steps": 3, "rise_reward_share": 0.5},
+      # ratio, min_share, solved_*: the failure table
       causes=("grad-norm-spike", "no-gradient"))
 def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Share of groups whose rewards are all equal >= ``ratio`` for ``min_steps`` consecutive steps, and the

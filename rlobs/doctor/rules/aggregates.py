@@ -62,8 +62,6 @@ ENABLE: dict[str, dict[str, str]] = {
 }
 
 _BASELINE = {"baseline_frac": 0.1, "baseline_min": 5}
-# a task the policy solved outright (``task_solved``): its training reward and held-out success both near 1
-SOLVED = {"solved_reward": 0.9, "solved_heldout": 0.85, "solved_gap": 0.1}
 
 
 def framework(ctx: RunContext) -> str:
@@ -389,7 +387,7 @@ def response_clipped(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
 @rule("entropy-collapse", concern="policy", title="Policy entropy collapses",
       needs=("train_step",), thresholds={"ratio": 0.2, "min_base": 0.05, "min_steps": 5, **_BASELINE,
                                          "held_window": 20, "held_gain": 0.2, "held_share": 0.75, "solved": 0.6,
-                                         "heldout_drop": 0.15, **SOLVED})
+                                         "heldout_drop": 0.15})  # solved_*: the failure table
 def entropy_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Mean token entropy below ``ratio`` x its early median (which must exceed ``min_base``) for
     ``min_steps`` consecutive steps: the policy became nearly deterministic, exploration stopped and the
