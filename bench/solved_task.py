@@ -30,6 +30,14 @@ Splits (registered 4 Dec 2026, before any of these runs was recorded):
   Fault runs, a grader constant at reward 1 for 7 prompts in 8 (``--fault zero_std --fault-magnitude 1``):
   SmolLM2, same settings, onset step 2, seed 4 (the model would solve the task; the grader hides that it has not
   yet); tiny-packed, lr 3e-4, 30 steps, onset 10, seeds 960 (sync) and 961 (separate_async).
+
+Amended 4 Dec 2026 after the tune run, before any held-out run was recorded. The tune run (reward 0.83 -> 1.0 by
+step 5, held-out 0.59 -> 1.0) drew neither rule -- its entropy rose to 0.095 at step 7, under 5 steps in a row, and
+its zero-std streak's bound stayed under 0.7 -- but ``precursor-oversized-updates`` warned at step 5: 4 of the 5
+updates of steps 1-5 moved the policy over 0.015 nats/token, judged at step 5, the first step with no gradient at all
+(every group all correct; Adam's momentum alone moved it 3e-5 nats). The precursor now judges only steps that had
+a gradient (``no_gradient_eps`` 1e-10, no-gradient's eps); on the 17 recorded runs in tests/early_warning/data its
+first warnings are unchanged. Scored like the two rules: with the guard and without it (``no_gradient_eps`` -1).
 """
 
 from __future__ import annotations
@@ -45,7 +53,10 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "bench/results/solved_task"
 BIAS = "selection-bias"
-RULES = ("advantage-zero-std-groups", "entropy-collapse")
+RULES = ("advantage-zero-std-groups", "entropy-collapse", "precursor-oversized-updates")
+# each rule as it was before this change: the solved leg out of reach, every step judged
+BEFORE = {"advantage-zero-std-groups": {"solved_reward": 2.0}, "entropy-collapse": {"solved_reward": 2.0},
+          "precursor-oversized-updates": {"no_gradient_eps": -1.0}}
 
 # the Makefile's MAIN_ARGS for MODEL=smollm2
 SMOL = ["--model", "smollm2", "--lr", "2e-5", "--steps", "12", "--groups-per-step", "4", "--group-size", "4",
@@ -103,11 +114,11 @@ def score_one(rd: Path) -> dict[str, Any]:
             "SELECT step, avg(reward_mean) FROM train_step GROUP BY step ORDER BY step").fetchall()]
         ent = rec.sql("SELECT min(e), max(e) FROM (SELECT avg(entropy) e FROM train_step GROUP BY step)").fetchall()[0]
         rep = diagnose(rec)
-        old = diagnose(rec, rule_ids=list(RULES), thresholds={r: {"solved_reward": 2.0} for r in RULES})
+        old = diagnose(rec, rule_ids=list(RULES), thresholds=BEFORE)
     return {
         "heldout": held, "reward": reward, "entropy_range": [round(float(x), 3) for x in ent],
         **{r: _sev(rep.findings, r) for r in RULES},
-        **{f"{r} without the solved leg": _sev(old.findings, r) for r in RULES},
+        **{f"{r} before": _sev(old.findings, r) for r in RULES},
         "warnings": sorted(f"{f.rule}:{f.severity.name.lower()}@{f.first_step}" for f in rep.findings
                            if f.severity >= Severity.WARNING and f.rule != BIAS),
         "bias_reported": [f"{f.rule}:{f.severity.name.lower()}" for f in rep.findings if f.rule == BIAS],
@@ -126,9 +137,9 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
     summary = {
         "healthy runs": len(ok),
         "healthy runs with a warning or critical (false alarms)": sum(bool(r["warnings"]) for r in ok.values()),
-        **{f"healthy runs where {r} warned (before: without the solved leg)":
-           f"{sum(_warned(x[r]) for x in ok.values())} "
-           f"({sum(_warned(x[f'{r} without the solved leg']) for x in ok.values())})" for r in RULES},
+        **{f"healthy runs where {r} warned (before this change)":
+           f"{sum(_warned(x[r]) for x in ok.values())} ({sum(_warned(x[f'{r} before']) for x in ok.values())})"
+           for r in RULES},
         "constant-grader runs": len(bad),
         "constant-grader runs where advantage-zero-std-groups warned": sum(
             _warned(r["advantage-zero-std-groups"]) for r in bad.values()),
@@ -141,13 +152,13 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
     out.parent.mkdir(parents=True, exist_ok=True)
     Path(f"{out}_{split}.json").write_text(json.dumps(res, indent=1))
     lines = [f"# Solved tasks vs failures: {split} split", "", *(f"- {k}: {v}" for k, v in summary.items()), "",
-             "| run | healthy | training reward (first, last) | held-out | entropy min-max | zero-std (without the "
-             "leg) | entropy-collapse (without) | warnings / criticals |", "|---|---|---|---|---|---|---|---|"]
+             "| run | healthy | training reward (first, last) | held-out | entropy min-max | zero-std (before) | "
+             "entropy-collapse (before) | oversized-updates (before) | warnings / criticals |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for n, r in rows.items():
-        z, e = RULES
+        cells = " | ".join(f"{r[x] or '-'} ({r[x + ' before'] or '-'})" for x in RULES)
         lines.append(f"| {n} | {r['healthy']} | {r['reward'][:1]} -> {r['reward'][-1:]} | {r['heldout']} | "
-                     f"{r['entropy_range']} | {r[z] or '-'} ({r[z + ' without the solved leg'] or '-'}) | "
-                     f"{r[e] or '-'} ({r[e + ' without the solved leg'] or '-'}) | {', '.join(r['warnings']) or '-'} |")
+                     f"{r['entropy_range']} | {cells} | {', '.join(r['warnings']) or '-'} |")
     Path(f"{out}_{split}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return res

@@ -214,7 +214,10 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
                    "early_median_above": 0.08, "early_impact_steps_low": 6, "early_impact_steps_high": 30,
                    # annotation only (the finding names a grader loophole when the training reward is this far
                    # above the last held-out evaluation; the rule-graded runs of the bench sit within 0.1 of it)
-                   "hacking_gap": 0.3}),
+                   "hacking_gap": 0.3,
+                   # a step with no gradient (grad norm <= this; no-gradient's eps) is not judged: every group of a
+                   # solved task is zero-std (4 Dec 2026, bench/solved_task.py's tune run: SmolLM2 warned at step 5)
+                   "no_gradient_eps": 1e-10}),
     # a divergence, not a drift (2 Dec 2026, ninth run): the training reward's 5-step mean 0.3 over its first 5 steps'
     # while held-out success gained at most a third of that over its first evaluation, two evaluations running. Its
     # numbers were written down before the eighth run's records were trained and not changed after: on them

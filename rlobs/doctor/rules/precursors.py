@@ -400,7 +400,11 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     updates over ``early_kl_above`` (``early_min_steps`` of ``early_window`` within ``early_steps`` steps), or a window
     whose median update is over ``early_median_above``, warn without those guards: a run that learns does not keep
     moving its policy that far step after step (Adam's first few steps are large at any lr and then shrink; a too-high
-    lr keeps them large). Whichever leg holds first is the finding. Quiet without ``policy_kl`` (insufficient data).
+    lr keeps them large). Whichever leg holds first is the finding. Either leg judges a step only if that step
+    had a gradient (grad norm over ``no_gradient_eps``, no-gradient's 1e-10): a step without one (every group zero-std: SmolLM2's echo
+    task solved by step 5 of `make main MODEL=smollm2`, 4 of the 5 updates before it over the bar; Adam's momentum
+    alone moved it 3e-5 nats) throws nothing off.
+    Quiet without ``policy_kl`` (insufficient data).
     Thresholds: the failure table (rlobs.failures)."""
     kl = series(ctx, "policy_kl")
     if not kl:
@@ -422,11 +426,14 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     start = ctx.scalar("SELECT min(step) FROM train_step WHERE step IS NOT NULL AND isfinite(policy_kl)")
     early_end = (start if start is not None else kl[0][0]) + th.get("early_steps", 0) - 1
     ew = int(th["early_window"])
+    idle = {s for s, g in series(ctx, "grad_norm") if g <= th.get("no_gradient_eps", -1.0)}
     from_start = None
     for i in range(ew - 1, len(kl)):
         last = kl[i - ew + 1:i + 1]
         if last[-1][0] > early_end:
             break
+        if last[-1][0] in idle:
+            continue  # this step had no gradient (no group had a reward std): the pattern is not going on
         over = sum(v > th["early_kl_above"] for _, v in last)
         if over >= th["early_min_steps"] or statistics.median(v for _, v in last) > th["early_median_above"]:
             from_start = _oversized_from_start(ctx, th, last, over)
@@ -435,6 +442,8 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         if from_start is not None and kl[i][0] >= from_start.first_step:
             break  # whichever leg held first is the finding: what `--follow` printed first
         last = kl[i - w + 1:i + 1]
+        if last[-1][0] in idle:
+            continue  # as above: a solved task's steps (every group all correct) move nothing, throw nothing off
         level = statistics.median(v for _, v in last)
         over = sum(v > th["kl_above"] for _, v in last)
         ents = [ent[s] for s, _ in last if s in ent]
