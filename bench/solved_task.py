@@ -38,6 +38,11 @@ updates of steps 1-5 moved the policy over 0.015 nats/token, judged at step 5, t
 (every group all correct; Adam's momentum alone moved it 3e-5 nats). The precursor now judges only steps that had
 a gradient (``no_gradient_eps`` 1e-10, no-gradient's eps); on the 17 recorded runs in tests/early_warning/data its
 first warnings are unchanged. Scored like the two rules: with the guard and without it (``no_gradient_eps`` -1).
+
+Review mends (4 Dec 2026, after the held-out split was scored once; rescored on the same records, the same figures):
+the reward must hold over the whole stretch (its lowest ``solved_window``-step mean, 5, not its average); only the
+evaluations of the flagged steps count (or else the first one after them); entropy-collapse falls back to the
+solved-task test only when its long-run guard could not judge the run (too short, or no room for the gain).
 """
 
 from __future__ import annotations

@@ -62,11 +62,13 @@ def _f(id: str, severity: str, alert_for: str | None, rule: bool = True, thresho
 _DRIFT = {"lag": 5, "baseline": 8, "window": 5, "skip": 0, "h": 3.0, "k": 1.0, "min_rel": 0.1, "min_abs": 1e-3}
 
 # A task the policy solved outright, not a failure: over the flagged steps the training reward (bounded in [0, 1])
-# averages >= solved_reward and held-out success (an exact check on unseen prompts) is >= solved_heldout and within
+# holds >= solved_reward and held-out success (an exact check on unseen prompts) is >= solved_heldout and within
 # solved_gap of it. The doctor's zero-std and entropy-collapse rules answer such steps at info, and the zero-std
 # alert stays quiet (a grader constant at 1 lifts the training reward, not held-out success). Set from `make main
 # MODEL=smollm2` (reward 0.83 -> 1.0 by step 5, held-out 0.62 -> 0.99), scored in bench/solved_task.py.
-SOLVED = {"solved_reward": 0.9, "solved_heldout": 0.85, "solved_gap": 0.1}
+SOLVED = {"solved_reward": 0.9, "solved_heldout": 0.85, "solved_gap": 0.1,
+          # the reward must hold over the whole stretch, not on average: its lowest 5-step mean (review, 4 Dec 2026)
+          "solved_window": 5}
 
 FAILURES: dict[str, Failure] = {f.id: f for f in (
     # liveness

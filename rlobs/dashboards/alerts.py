@@ -162,14 +162,19 @@ def _rate(name: str, scope: Scope, offset: str = "") -> str:
 
 
 def _task_solved(window: str) -> str:
-    """Runs whose task is solved, the doctor's ``task_solved`` read live: the training reward's mean over ``window``
-    at least ``solved_reward`` and the last held-out success at least ``solved_heldout`` and within ``solved_gap``
-    of it. A run that never evaluates held-out success is never solved here (a grader constant at 1 looks
-    the same from the training reward alone)."""
-    reward = agg("max", f"avg_over_time({series('rlobs_reward_mean', ALERT)}[{window}])", ("run",))
-    held = agg("max", series("rlobs_heldout_success", ALERT), ("run",))
-    return (f"(({reward} >= {T.solved_reward:g}) and on (run) ({held} >= {T.solved_heldout:g}) "
-            f"and on (run) ({held} - {reward} >= -{T.solved_gap:g}))")
+    """Runs whose task is solved, the doctor's ``task_solved`` read live over ``window``: the training reward's mean
+    at least ``solved_reward`` and every reading in [0, 1], and the lowest held-out success the run reported (its
+    gauge holds the last evaluation until the next) at least ``solved_heldout`` and within ``solved_gap`` of that
+    mean. A run that reports no held-out success is never solved here (a grader constant at 1 looks the same from
+    the training reward alone)."""
+    def over(fn: str, name: str, by: str = "max") -> str:
+        return agg(by, f"{fn}({series(name, ALERT)}[{window}])", ("run",))
+
+    reward = over("avg_over_time", "rlobs_reward_mean")
+    held = over("min_over_time", "rlobs_heldout_success", "min")
+    return (f"(({reward} >= {T.solved_reward:g}) and on (run) ({over('max_over_time', 'rlobs_reward_mean')} <= 1) "
+            f"and on (run) ({over('min_over_time', 'rlobs_reward_mean', 'min')} >= 0) "
+            f"and on (run) ({held} >= {T.solved_heldout:g}) and on (run) ({held} - {reward} >= -{T.solved_gap:g}))")
 
 
 def running(expr: str, by: tuple[str, ...] = GROUP) -> str:
@@ -358,7 +363,7 @@ RULES: tuple[AlertRule, ...] = (
         "On average {{ $value | humanizePercentage }} of the groups of {{ $labels.component }} (run "
         "{{ $labels.run }}) had identical rewards (std 0) over 10 minutes, so their advantages are zero "
         f"(alert at {T.zero_std_groups_ratio:.0%}; quiet while the task is solved: a training reward of "
-        f"{T.solved_reward:g}+ matched by held-out success).",
+        f"{T.solved_reward:g}+ over 10 minutes matched by held-out success).",
         PromtoolCase((("rlobs_advantage_zero_std_groups_ratio", {}, "0.1x5 0.9x14"),), "90%",
                      not_yet_min=10, firing_min=20)),
     AlertRule(

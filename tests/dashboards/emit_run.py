@@ -141,7 +141,13 @@ class Run:
             self.emit(rec, "train_step", loss=r.uniform(0.1, 0.4), grad_norm=grad, grad_norm_clipped=min(grad, 1.0),
                       clipped=grad > 1.0, nonfinite=nonfinite, spike=spike, spike_score=25.0 if spike else 0.4,
                       lr=1e-6, samples=8, tokens=1500, step_seconds=0.1 * p, data_wait_s=data_wait,
-                      reward_wait_s=data_wait * 0.7, reward_mean=r.uniform(0.3, 0.6), reward_std=0.4)
+                      reward_wait_s=data_wait * 0.7, reward_mean=r.uniform(0.3, 0.6), reward_std=0.4,
+                      entropy=r.uniform(0.6, 0.9), kl=0.01, policy_kl=0.005)
+        if step % 5 == 0:  # a held-out evaluation (an exact check on unseen prompts) and the grader audit
+            # realistic, not the synthetic 1.0: a run at reward 1.0 and held-out success 1.0 is a solved task, and
+            # the zero-std alert is quiet on one
+            self.emit(t0, "scalar", name="rlobs/heldout_success", value=r.uniform(0.3, 0.5))
+            self.emit(t0, "scalar", name="rlobs/grader_audit_gap", value=0.02)
         self.emit(t0, "parity", tokens=1500, mean_abs_dlogp=0.05 if bad else 0.002, max_abs_dlogp=0.9 if bad else 0.03,
                   kl_k1=0.001, kl_k2=0.001, kl_k3=0.04 if bad else 0.0008, first_after_sync=True, hashes_match=not bad,
                   mismatched_hashes=json.dumps(["sampling"] if bad else []))

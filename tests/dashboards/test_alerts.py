@@ -131,15 +131,16 @@ def test_zero_std_alert_is_quiet_on_a_solved_task_and_fires_on_a_grader_constant
     """`make main MODEL=smollm2` solves its task by step 5: every group all correct, the reward 1.0, held-out success
     0.99. That is not a page. A grader that turned constant at 1 gives the same zero-std share and training reward
     but leaves held-out success where it was (0.63), and a run that evaluates no held-out success cannot tell the
-    two apart: both page. A real promtool evaluates the committed rule."""
+    two apart: both page; so do held-out success 0.12 under the reward, a dip in the last 10 minutes, and a reward
+    outside [0, 1]. A real promtool evaluates the committed rule at 25 minutes."""
     labels = {**a.CASE_LABELS}
 
     def sel(name: str, **extra: str) -> str:
         return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**labels, **extra}.items()) + "}"
 
-    def case(name: str, heldout: str | None, fires: bool) -> dict:
+    def case(name: str, heldout: str | None, fires: bool, reward: str = "0.8x5 1x24") -> dict:
         series = [{"series": sel("rlobs_advantage_zero_std_groups_ratio"), "values": "0.1x5 1x24"},
-                  {"series": sel("rlobs_reward_mean"), "values": "0.8x5 1x24"},
+                  {"series": sel("rlobs_reward_mean"), "values": reward},
                   {"series": sel("up"), "values": "1x30"}]
         if heldout is not None:  # the orchestrator's evaluation, another component of the same run
             series.append({"series": sel("rlobs_heldout_success", component="orchestrator"), "values": heldout})
@@ -154,7 +155,9 @@ def test_zero_std_alert_is_quiet_on_a_solved_task_and_fires_on_a_grader_constant
         case("solved: held-out success matches the reward", "0.62x5 0.99x24", fires=False),
         case("a grader constant at 1: held-out success stays", "0.62x5 0.63x24", fires=True),
         case("held-out success 0.88, 0.12 under the reward", "0.62x5 0.88x24", fires=True),
-        case("no held-out success evaluated", None, fires=True)]}
+        case("no held-out success evaluated", None, fires=True),
+        case("held-out success dipped to 0.7 in the last 10 minutes", "0.62x5 0.99x12 0.7x4 0.99x8", fires=True),
+        case("a reward not bounded in [0, 1]", "0.62x5 0.99x24", fires=True, reward="0.8x5 1x12 3 1x11")]}
     (tmp_path / "solved_test.yaml").write_text(yaml.safe_dump(doc))
     out = subprocess.run([need("promtool"), "test", "rules", "solved_test.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)

@@ -585,9 +585,9 @@ def test_kl_rising_as_a_run_learns_is_not_a_creep_a_blow_up_is(tmp_path):
 
 def test_a_solved_tasks_steps_without_gradient_are_not_oversized_updates(tmp_path):
     """`make main MODEL=smollm2` (bench/solved_task.py's tune run, a real record): SmolLM2 solves its echo task by
-    step 5, 4 of its 5 updates before that moved the policy over 0.015 nats/token, then every group is all correct
-    and there is no gradient (Adam's momentum alone moves it 3e-5 nats). The precursor warned at step 5, the first
-    step without a gradient; it now judges only steps that had one, and this healthy run gets no early warning."""
+    step 5, all 5 updates before that moved the policy over 0.015 nats/token, then every group is all correct
+    and there is no gradient (Adam's momentum alone moves it 3e-5 nats). The precursor warned at step 5 (4 updates of
+    steps 1-5 over the bar), the first step without a gradient; it now judges only steps that had one, and this healthy run gets no early warning."""
     run = json.loads((Path(__file__).with_name("data") / "smollm2_solved.json").read_text())["runs"]["smollm2-main-s0"]
     d = tmp_path / "smol"
     rec = rlobs.init(d, component="trainer", rank=0, run_id="smol", prometheus=False, set_global=False,

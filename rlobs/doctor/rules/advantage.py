@@ -116,9 +116,10 @@ def zero_std(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     return [Finding(
         rule="advantage-zero-std-groups", severity=Severity.WARNING,
         title=title, first_step=first, last_step=last,
-        evidence=ev,
+        evidence=ev + solved,
         root_cause="the task is too easy or too hard for the current policy (all-correct or all-wrong groups), "
-                   "or the grader returns a constant (check grader outcomes and rewards)",
+                   "or the grader returns a constant (check grader outcomes and rewards)"
+                   f" (not a solved task: {not_solved})",
         confidence=0.7,
         remediation=["filter prompts by difficulty (drop groups whose pass rate is 0 or 1: dynamic sampling)",
                      "check the grader: rlobs doctor RUN --rule grader-timeouts",

@@ -420,8 +420,8 @@ def entropy_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     first, last = runs[0][0], runs[-1][1]
     ws, wv = _worst(series, first, last, low=True)
     ev = [Evidence("train_step.entropy", round(wv, 4), round(limit, 4), (first, last), f"early median {base:.3g}")]
-    held, why = _reward_held(ctx, series[n - 1][0], first, th)
-    if why is not None:
+    held, why, no_room = _reward_held(ctx, series[n - 1][0], first, th)
+    if why is not None and no_room:  # too short or too near its ceiling to judge by the window: nothing fell
         solved, not_solved = task_solved(ctx, first, last, th)
         if not_solved is None:
             held, why = solved, None
@@ -457,8 +457,10 @@ def entropy_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
 def task_solved(ctx: RunContext, first: int, last: int,
                 th: Mapping[str, float]) -> tuple[list[Evidence], str | None]:
     """Whether steps ``first``..``last`` are a task the policy solved rather than a failure: the training reward
-    (bounded in [0, 1]) averaged at least ``solved_reward`` over them, and every held-out evaluation from ``first``
-    on (at least one is needed) was at least ``solved_heldout`` and within ``solved_gap`` of that average.
+    (bounded in [0, 1]) stayed at least ``solved_reward`` over them (its lowest ``solved_window``-step mean, or the
+    mean of all of them if fewer), and the held-out evaluations of those steps (at steps ``first``..``last``, or
+    else the first one after them; one is needed) were each at least ``solved_heldout`` and within ``solved_gap``
+    of the training reward's mean over the steps.
 
     The held-out leg is what tells a solved task from a broken grader: a grader that turned constant at 1 (or a
     loophole) lifts the training reward, not held-out success, which trainer_ref grades with an exact check on
@@ -473,19 +475,24 @@ def task_solved(ctx: RunContext, first: int, last: int,
     if min(v for _, v in reward) < 0.0 or max(v for _, v in reward) > 1.0:
         return [], "the reward is not bounded in [0, 1]"
     m = statistics.fmean(inside)
+    k = min(len(inside), int(th["solved_window"]))
+    low_mean = min(statistics.fmean(inside[i:i + k]) for i in range(len(inside) - k + 1))
     floor = max(th["solved_heldout"], m - th["solved_gap"])
-    ev = [Evidence("train_step.reward_mean (mean over the steps)", round(m, 4), f">= {th['solved_reward']:g}",
-                   (first, last), f"{len(inside)} steps")]
-    held = [(s, v) for s, v in scalar_rows(ctx, HELDOUT_SCALARS) if s >= first]
+    ev = [Evidence(f"train_step.reward_mean (lowest {k}-step mean over the steps)", round(low_mean, 4),
+                   f">= {th['solved_reward']:g}", (first, last), f"{len(inside)} steps, mean {m:.3g}")]
+    evals = scalar_rows(ctx, HELDOUT_SCALARS)
+    held = [(s, v) for s, v in evals if first <= s <= last] or [(s, v) for s, v in evals if s > last][:1]
     if held:
         low = min(held, key=lambda sv: sv[1])
-        ev.append(Evidence("held-out success (lowest evaluation from the first step on)", round(low[1], 4),
-                           f">= max({th['solved_heldout']:g}, training reward - {th['solved_gap']:g}) = {floor:.3g}",
-                           (held[0][0], held[-1][0]), f"{len(held)} evaluations; the task's exact check"))
-    if m < th["solved_reward"]:
-        return ev, f"the training reward averaged {m:.3g} over steps {first}-{last}, under {th['solved_reward']:g}"
+        ev.append(Evidence("held-out success (lowest evaluation of those steps)", round(low[1], 4),
+                           f">= max({th['solved_heldout']:g}, training reward {m:.3g} - {th['solved_gap']:g}) = "
+                           f"{floor:.3g}", (held[0][0], held[-1][0]),
+                           f"{len(held)} evaluations; the task's exact check"))
+    if low_mean < th["solved_reward"]:
+        return ev, (f"the training reward's lowest {k}-step mean over steps {first}-{last} was {low_mean:.3g}, "
+                    f"under {th['solved_reward']:g}")
     if not held:
-        return ev, "no held-out success evaluated from that step on, to tell a solved task from a broken grader"
+        return ev, "no held-out success evaluated in or after those steps, to tell a solved task from a broken grader"
     if low[1] < floor:
         return ev, (f"held-out success was {low[1]:.3g} at step {low[0]}, under {floor:.3g} (the training reward "
                     f"{m:.3g} is not matched off the training prompts)")
@@ -493,9 +500,10 @@ def task_solved(ctx: RunContext, first: int, last: int,
 
 
 def _reward_held(ctx: RunContext, base_last: int, first: int,
-                 th: Mapping[str, float]) -> tuple[list[Evidence], str | None]:
-    """Whether the run converged rather than collapsed (see ``entropy_collapse``): evidence, and None if it did or
-    the reason it did not."""
+                 th: Mapping[str, float]) -> tuple[list[Evidence], str | None, bool]:
+    """Whether the run converged rather than collapsed (see ``entropy_collapse``): evidence, None if it did or the
+    reason it did not, and whether that reason is only a lack of room to judge (the run too short for the window,
+    or its reward too near its ceiling from the start to gain ``held_gain``): nothing fell."""
     f = ctx.step_filter()
     reward = per_step(ctx, "SELECT step, avg(reward_mean) FROM train_step WHERE step IS NOT NULL AND "
                            f"isfinite(reward_mean){f} GROUP BY step ORDER BY step")
@@ -503,18 +511,20 @@ def _reward_held(ctx: RunContext, base_last: int, first: int,
     early = [v for s, v in reward if s <= base_last]
     after = [i for i, (s, _) in enumerate(reward) if s >= first]
     if not early or not after or after[0] < w - 1 or len(after) < int(th["min_steps"]):
-        return [], "no training reward over the early and the collapsed steps"
+        return [], "no training reward over the early and the collapsed steps", True
     e0 = statistics.median(early)
     roll = [(reward[i][0], statistics.fmean(v for _, v in reward[i - w + 1:i + 1])) for i in range(w - 1, len(reward))]
-    peak, worst, why = float("-inf"), None, None
+    peak, worst, why, fell = float("-inf"), None, None, False
     for s, m in roll:
         peak = max(peak, m)
         if s < first:
             continue
+        drop = (m < th["held_share"] * peak and f"its {w}-step mean fell to {m:.3g} at step {s}, under "
+                f"{th['held_share']:.0%} of its best {peak:.3g}") or (
+                m < th["solved"] and f"its {w}-step mean {m:.3g} at step {s} is under {th['solved']:g}")
         short = (m < e0 + th["held_gain"] and f"its {w}-step mean {m:.3g} at step {s} is within {th['held_gain']:g} "
-                 f"of its early {e0:.3g}") or (m < th["held_share"] * peak and f"its {w}-step mean fell to {m:.3g} "
-                 f"at step {s}, under {th['held_share']:.0%} of its best {peak:.3g}") or (
-                 m < th["solved"] and f"its {w}-step mean {m:.3g} at step {s} is under {th['solved']:g}")
+                 f"of its early {e0:.3g}") or drop
+        fell = fell or bool(drop)
         if worst is None or m < worst[1]:
             worst = (s, m)
         if short and why is None:
@@ -523,8 +533,9 @@ def _reward_held(ctx: RunContext, base_last: int, first: int,
                    f">= max({e0 + th['held_gain']:.3g}, {th['held_share']:.0%} of its best, {th['solved']:g})",
                    (first, roll[-1][0]), f"early median {e0:.3g}")]
     values = [v for _, v in reward]
-    if why is None and (min(values) < 0.0 or max(values) > 1.0):
-        why = "the reward is not bounded in [0, 1], so how near its ceiling it stayed is unknown"
+    if min(values) < 0.0 or max(values) > 1.0:
+        fell = True  # no known ceiling: not a lack of room
+        why = why or "the reward is not bounded in [0, 1], so how near its ceiling it stayed is unknown"
     held = scalar_rows(ctx, HELDOUT_SCALARS)
     if len(held) >= 3 and held[-1][0] >= first:
         smooth = [(held[i][0], statistics.median(v for _, v in held[i - 2:i + 1])) for i in range(2, len(held))]
@@ -537,9 +548,10 @@ def _reward_held(ctx: RunContext, base_last: int, first: int,
         ev.append(Evidence("held-out success (median of 3 evaluations)", round(low[1] if low else last_m, 4),
                            f">= best - {th['heldout_drop']:g}", (first, last_s),
                            f"best {max(m for _, m in smooth):.3g}"))
-        if low and why is None:
-            why = f"held-out success fell to {low[1]:.3g} at step {low[0]} from its best {low[2]:.3g}"
-    return ev, why
+        if low:
+            fell = True
+            why = why or f"held-out success fell to {low[1]:.3g} at step {low[0]} from its best {low[2]:.3g}"
+    return ev, why, not fell
 
 
 @rule("no-gradient", concern="grad_norm", title="Steps with no gradient (update did nothing)",

@@ -402,7 +402,7 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     moving its policy that far step after step (Adam's first few steps are large at any lr and then shrink; a too-high
     lr keeps them large). Whichever leg holds first is the finding. Either leg judges a step only if that step
     had a gradient (grad norm over ``no_gradient_eps``, no-gradient's 1e-10): a step without one (every group zero-std: SmolLM2's echo
-    task solved by step 5 of `make main MODEL=smollm2`, 4 of the 5 updates before it over the bar; Adam's momentum
+    task solved by step 5 of `make main MODEL=smollm2`, 4 updates of the window it ended over the bar; Adam's momentum
     alone moved it 3e-5 nats) throws nothing off.
     Quiet without ``policy_kl`` (insufficient data).
     Thresholds: the failure table (rlobs.failures)."""
