@@ -26,16 +26,17 @@ frozen in the same commit as this file):
 
 from __future__ import annotations
 
-import argparse
 import json
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # `python bench/NAME.py`: bench._plan from the checkout
+
+from bench._plan import cli, finished, record  # noqa: E402
+
 OUT = ROOT / "bench/results/entropy_converged"
 # reported apart, as bench/doctor_calib.py does: separate_async's staleness bound drops the long chain answers,
 # which also fail more often, so the consumed batch is reward-shifted -- a true property of that configuration
@@ -68,19 +69,9 @@ PLAN: dict[str, dict[str, tuple[str, int, int, list[str]]]] = {
 
 def run(split: str, root: Path, only: str = "") -> None:
     """Record every planned run not yet recorded (one ``python -m trainer_ref.run`` process each)."""
-    (root / split).mkdir(parents=True, exist_ok=True)
-    for name, (mode, steps, seed, extra) in PLAN[split].items():
-        rd = root / split / name
-        if (only and name not in only.split(",")) or (rd / "done.json").exists():
-            continue
-        cmd = [sys.executable, "-m", "trainer_ref.run", "--mode", mode, "--steps", str(steps), "--seed", str(seed),
-               "--eval-every", "10", "--deterministic", "--no-progress", "--run-dir", str(rd), *extra]
-        t0 = time.monotonic()
-        with (root / split / f"{name}.log").open("w") as log:
-            rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        print(f"{name}: rc {rc}, {time.monotonic() - t0:.0f} s", flush=True)
-        if rc == 0:
-            (rd / "done.json").write_text(json.dumps({"cmd": cmd, "seconds": time.monotonic() - t0}))
+    record(root / split, {name: ["--mode", mode, "--steps", str(steps), "--seed", str(seed), "--eval-every", "10",
+                                 "--deterministic", *extra]
+                          for name, (mode, steps, seed, extra) in PLAN[split].items()}, only)
 
 
 def truth(heldout: list[tuple[int, float]]) -> str:
@@ -128,7 +119,7 @@ def _warned(found: str | None) -> bool:
 
 def score(split: str, root: Path, out: Path) -> dict[str, Any]:
     rows = {name: score_one(root / split / name) for name in PLAN[split]
-            if (root / split / name / "done.json").exists()}
+            if finished(root / split / name)}
     conv = {n: r for n, r in rows.items() if r["truth"] == "converged"}
     degen = {n: r for n, r in rows.items() if r["truth"] == "degenerated"}
     summary = {
@@ -164,17 +155,7 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=("run", "score"))
-    ap.add_argument("--split", default="heldout", choices=tuple(PLAN))
-    ap.add_argument("--root", default="/tmp/rlobs-entropy-converged", help="where the run records go")
-    ap.add_argument("--only", default="", help="comma-separated run names")
-    ap.add_argument("--out", default=str(OUT))
-    a = ap.parse_args()
-    if a.cmd == "run":
-        run(a.split, Path(a.root), a.only)
-    else:
-        score(a.split, Path(a.root), Path(a.out))
+    cli(tuple(PLAN), run, score, "/tmp/rlobs-entropy-converged", OUT)
 
 
 if __name__ == "__main__":

@@ -47,15 +47,16 @@ solved-task test only when its long-run guard could not judge the run (too short
 
 from __future__ import annotations
 
-import argparse
 import json
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # `python bench/NAME.py`: bench._plan from the checkout
+
+from bench._plan import cli, finished, record  # noqa: E402
+
 OUT = ROOT / "bench/results/solved_task"
 BIAS = "selection-bias"
 RULES = ("advantage-zero-std-groups", "entropy-collapse", "precursor-oversized-updates")
@@ -85,19 +86,8 @@ PLAN: dict[str, dict[str, tuple[str, int, list[str], bool]]] = {
 
 def run(split: str, root: Path, only: str = "") -> None:
     """Record every planned run not yet recorded (one ``python -m trainer_ref.run`` process each)."""
-    (root / split).mkdir(parents=True, exist_ok=True)
-    for name, (mode, seed, extra, _) in PLAN[split].items():
-        rd = root / split / name
-        if (only and name not in only.split(",")) or (rd / "done.json").exists():
-            continue
-        cmd = [sys.executable, "-m", "trainer_ref.run", "--mode", mode, "--seed", str(seed), "--no-progress",
-               "--run-dir", str(rd), *extra]
-        t0 = time.monotonic()
-        with (root / split / f"{name}.log").open("w") as log:
-            rc = subprocess.call(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
-        print(f"{name}: rc {rc}, {time.monotonic() - t0:.0f} s", flush=True)
-        if rc == 0:
-            (rd / "done.json").write_text(json.dumps({"cmd": cmd, "seconds": time.monotonic() - t0}))
+    record(root / split, {name: ["--mode", mode, "--seed", str(seed), *extra]
+                          for name, (mode, seed, extra, _) in PLAN[split].items()}, only)
 
 
 def _sev(findings: list[Any], rule: str) -> str | None:
@@ -136,7 +126,7 @@ def _warned(found: str | None) -> bool:
 
 def score(split: str, root: Path, out: Path) -> dict[str, Any]:
     rows = {name: {"healthy": healthy, **score_one(root / split / name)}
-            for name, (_, _, _, healthy) in PLAN[split].items() if (root / split / name / "done.json").exists()}
+            for name, (_, _, _, healthy) in PLAN[split].items() if finished(root / split / name)}
     ok = {n: r for n, r in rows.items() if r["healthy"]}
     bad = {n: r for n, r in rows.items() if not r["healthy"]}
     summary = {
@@ -170,17 +160,7 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
 
 
 def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=("run", "score"))
-    ap.add_argument("--split", default="heldout", choices=tuple(PLAN))
-    ap.add_argument("--root", default="/tmp/rlobs-solved-task", help="where the run records go")
-    ap.add_argument("--only", default="", help="comma-separated run names")
-    ap.add_argument("--out", default=str(OUT))
-    a = ap.parse_args()
-    if a.cmd == "run":
-        run(a.split, Path(a.root), a.only)
-    else:
-        score(a.split, Path(a.root), Path(a.out))
+    cli(tuple(PLAN), run, score, "/tmp/rlobs-solved-task", OUT)
 
 
 if __name__ == "__main__":

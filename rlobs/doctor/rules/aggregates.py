@@ -454,6 +454,12 @@ def entropy_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     )]
 
 
+def _training_reward(ctx: RunContext) -> list[tuple[int, float]]:
+    """The per-step mean training reward (finite, step order)."""
+    return per_step(ctx, "SELECT step, avg(reward_mean) FROM train_step WHERE step IS NOT NULL AND "
+                         f"isfinite(reward_mean){ctx.step_filter()} GROUP BY step ORDER BY step")
+
+
 def task_solved(ctx: RunContext, first: int, last: int,
                 th: Mapping[str, float]) -> tuple[list[Evidence], str | None]:
     """Whether steps ``first``..``last`` are a task the policy solved rather than a failure: the training reward
@@ -466,9 +472,7 @@ def task_solved(ctx: RunContext, first: int, last: int,
     loophole) lifts the training reward, not held-out success, which trainer_ref grades with an exact check on
     prompts it never trains on. Without held-out success in the record nothing counts as solved. Returns the
     evidence, and None if solved or the reason it is not."""
-    f = ctx.step_filter()
-    reward = per_step(ctx, "SELECT step, avg(reward_mean) FROM train_step WHERE step IS NOT NULL AND "
-                           f"isfinite(reward_mean){f} GROUP BY step ORDER BY step")
+    reward = _training_reward(ctx)
     inside = [v for s, v in reward if first <= s <= last]
     if not inside:
         return [], "no training reward over those steps"
@@ -504,9 +508,7 @@ def _reward_held(ctx: RunContext, base_last: int, first: int,
     """Whether the run converged rather than collapsed (see ``entropy_collapse``): evidence, None if it did or the
     reason it did not, and whether that reason is only a lack of room to judge (the run too short for the window,
     or its reward too near its ceiling from the start to gain ``held_gain``): nothing fell."""
-    f = ctx.step_filter()
-    reward = per_step(ctx, "SELECT step, avg(reward_mean) FROM train_step WHERE step IS NOT NULL AND "
-                           f"isfinite(reward_mean){f} GROUP BY step ORDER BY step")
+    reward = _training_reward(ctx)
     w = int(th["held_window"])
     early = [v for s, v in reward if s <= base_last]
     after = [i for i, (s, _) in enumerate(reward) if s >= first]
