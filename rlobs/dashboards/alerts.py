@@ -547,6 +547,10 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
              f" > {o['early_median_above']:g})){on}"
              f"({_over_time('changes', 'rlobs_policy_update_kl', history)} >= {o['early_min_steps'] - 1:g}){on}"
              f"({_over_time('max_over_time', 'rlobs_train_steps_total', recent)} <= {o['early_steps']:g})")
+    # a step without a gradient is not judged (the doctor's no_gradient_eps): while the trainer's last grad norm is at
+    # most that (every group zero-std: a solved task), neither leg holds. Without the gate `make main MODEL=smollm2`
+    # (a healthy run solving its task by step 5) paged at its step 5, the doctor's warning before 1f12930
+    idle = f"({_over_time('last_over_time', 'rlobs_grad_norm', recent)} <= {o['no_gradient_eps']:g})"
     # the run has learned (as the doctor asks): its training reward climbed over its early level (the low decile of
     # the hour before), or its held-out success over the lowest evaluation before
     reward_climbed = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} >= "
@@ -660,7 +664,8 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
         # low decile of the hour before), as the doctor's rule compares with the run's first steps
         AlertRule(
             "precursor-oversized-updates", "warning",
-            running(f"({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed}) or ({early})"),
+            running(f"(({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed}) or ({early}))"
+                    f" unless on ({', '.join(GROUP)}) {idle}"),
             f("precursor-oversized-updates"),
             "Early warning: oversized policy updates (from the first steps, or after the run learned), learning-rate collapse ahead ({{ $labels.run }})",
             "The optimiser steps of {{ $labels.component }} (run {{ $labels.run }}) move the policy {{ $value | "
@@ -671,7 +676,8 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             f"{o['early_kl_above']:g} in {o['early_min_steps'] / o['early_window']:.0%} of its updates (or their median "
             f"over {o['early_median_above']:g}) within its first "
             f"{o['early_steps']:g} steps (before anything was learned, and not only Adam's first few steps: the "
-            "lr's own size): the learning rate is too high, "
+            "lr's own size), and its last step had a gradient (a solved task's steps have none and move nothing): "
+            "the learning rate is too high, "
             "the precursor of a collapse (the reward fell "
             f"{min(o['impact_steps_low'], o['early_impact_steps_low']):g}-"
             f"{max(o['impact_steps_high'], o['early_impact_steps_high']):g} steps later in the early-warning bench). Lower the "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 import subprocess
+from pathlib import Path
 
 import yaml
 
@@ -160,5 +161,56 @@ def test_zero_std_alert_is_quiet_on_a_solved_task_and_fires_on_a_grader_constant
         case("a reward not bounded in [0, 1]", "0.62x5 0.99x24", fires=True, reward="0.8x5 1x12 3 1x11")]}
     (tmp_path / "solved_test.yaml").write_text(yaml.safe_dump(doc))
     out = subprocess.run([need("promtool"), "test", "rules", "solved_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def test_oversized_updates_alert_is_quiet_on_a_solved_task_whose_steps_have_no_gradient(tmp_path):
+    """The real `make main MODEL=smollm2` run of bench/solved_task.py's tune split (tests/early_warning/data): it
+    solves its task by step 5, every group all correct from then on (grad norm 0). Its updates of steps 1-4 were
+    over the bar, its entropy fell and held-out success climbed 0.59 -> 0.98: the guarded leg's pattern at step 5,
+    the one step the doctor warned at before it judged only steps with a gradient. Replayed at a step every 2
+    minutes (scraped every 30 s), a real promtool evaluates the committed rule every 30 s: quiet throughout. The
+    same series with a gradient at every step fires at 11 minutes (step 5): the gate is what keeps it quiet."""
+    import json
+
+    steps = json.loads((Path(__file__).resolve().parents[1] / "early_warning" / "data" / "smollm2_solved.json")
+                       .read_text())["runs"]["smollm2-main-s0"]["steps"]
+    per = 4  # scrapes per step
+    labels = {**a.CASE_LABELS}
+
+    def sel(name: str, **extra: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**labels, **extra}.items()) + "}"
+
+    def vals(xs: list[float]) -> str:
+        return " ".join(" ".join([f"{x:.9g}"] * per) for x in xs)
+
+    held, last = [], None
+    for r in steps:  # the driver's gauge holds its last evaluation
+        last = r.get("heldout", last)
+        held.append(last)
+    r = a.rule("precursor-oversized-updates")
+    alert = {**r.labels, "run": "r1", "component": "trainer"}
+    notes = {k: a._render(v, alert, "19.48m") for k, v in r.annotations().items()}  # the 20th percentile of steps 1-5
+
+    def case(name: str, grad: list[float], firing_at: set[int]) -> dict:
+        series = [{"series": sel("rlobs_policy_update_kl"), "values": vals([x["policy_kl"] for x in steps])},
+                  {"series": sel("rlobs_policy_entropy"), "values": vals([x["entropy"] for x in steps])},
+                  {"series": sel("rlobs_reward_mean"), "values": vals([x["reward"] for x in steps])},
+                  {"series": sel("rlobs_grad_norm"), "values": vals(grad)},
+                  {"series": sel("rlobs_train_steps_total"), "values": vals([x["step"] + 1 for x in steps])},
+                  {"series": sel("rlobs_heldout_success", component="orchestrator"), "values": vals(held)},
+                  {"series": sel("up"), "values": vals([1] * len(steps))}]
+        tests = [{"eval_time": f"{t}s", "alertname": r.name,
+                  "exp_alerts": [{"exp_labels": alert, "exp_annotations": notes}] if t in firing_at else []}
+                 for t in range(60, 30 * per * len(steps), 30)]
+        return {"name": name, "interval": "30s", "input_series": series, "alert_rule_test": tests}
+
+    assert [x["grad_norm"] for x in steps][5:7] == [0.0, 0.0]
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml")], "evaluation_interval": "30s", "tests": [
+        case("solved as recorded: step 5 had no gradient", [x["grad_norm"] for x in steps], set()),
+        case("the same with a gradient at every step", [x["grad_norm"] or 1.0 for x in steps], {660, 690})]}
+    (tmp_path / "solved_oversized_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "solved_oversized_test.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
