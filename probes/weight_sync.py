@@ -25,7 +25,9 @@ or a required boundary never ran in this sync: emitted at the end so a forgotten
 
 Fingerprints (``probes.fingerprint``): xxh3-64 over dtype, shape and raw bytes of each tensor (torch
 tensors, bfloat16 included, and numpy arrays), about 60-140 us per MiB on these CPUs; GPU tensors are
-copied to the host to hash them. On large models sample
+copied to the host to hash them, 1-3 GB/s on an H200 machine (15 s for an 8B model). On a GPU use
+``WeightSyncProbe(fingerprint_kind="device")`` on both sides: a checksum of every byte computed on the device
+(0.09 s for the same 8B model, ``bench/gpu_sync_cost.py``). Or sample
 (``WeightSyncProbe(fingerprint_max_bytes=64 << 10)``: evenly spaced 4 KiB blocks, sliced on the device
 first) or fingerprint a subset (``record_state(state, names=...)``).
 """
@@ -103,7 +105,8 @@ class Boundary:
                      names: Iterable[str] | None = None) -> dict[str, str]:
         """Fingerprint ``state`` (or ``names`` of it). At ``dump`` the result is kept as the reference;
         at ``load`` it is compared with the dump's (mismatched and missing tensors listed)."""
-        fps = fingerprints(state, names, self.session.probe.fingerprint_max_bytes)
+        probe = self.session.probe
+        fps = fingerprints(state, names, probe.fingerprint_max_bytes, probe.fingerprint_kind)
         nbytes = self.fields.get("bytes") or sum(tensor_nbytes(state[k]) for k in fps)
         if expected is None and names is not None and self.name == "dump" and self.session.expected is None:
             expected = list(names)  # the names asked for are the ones expected
@@ -305,12 +308,19 @@ class WeightSyncProbe:
     required: boundaries that must run in every sync; a missing one is emitted as ``skipped``.
     fingerprint_max_bytes: sample at most this many bytes per tensor when fingerprinting (see
         ``tensor_fingerprint``); both sides of a comparison must use the same value.
+    fingerprint_kind: ``bytes`` (hashed on the host) or ``device`` (a checksum computed where the tensors live:
+        GPU weights); both sides of a comparison must use the same kind.
     """
 
     def __init__(self, recorder: Recorderish | None = None, *, required: Iterable[str] = DEFAULT_REQUIRED,
-                 fingerprint_max_bytes: int | None = None):
+                 fingerprint_max_bytes: int | None = None, fingerprint_kind: str = "bytes"):
+        from probes.fingerprint import KINDS
+
+        if fingerprint_kind not in KINDS:
+            raise ValueError(f"fingerprint_kind {fingerprint_kind!r}; valid: {', '.join(KINDS)}")
         self._recorder = recorder
         self.fingerprint_max_bytes = fingerprint_max_bytes
+        self.fingerprint_kind = fingerprint_kind
         self.required = tuple(required)
         bad = set(self.required) - set(BOUNDARIES)
         if bad:

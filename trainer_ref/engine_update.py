@@ -76,7 +76,8 @@ class EngineUpdater:
             with sess.load() as b:  # 4: load in every worker from tensors; engine fingerprints vs the dump's
                 lr = weight_sync.load_into_engine(self.llm, handle, upd["expected"], upd["shapes"],
                                                   perturb=faults.corruption(fault, v - 1),
-                                                  method=weight_sync.LOAD_METHODS[path])
+                                                  method=weight_sync.LOAD_METHODS[path],
+                                                  kind=weight_sync.fingerprint_kind(path))
                 b.record_fingerprints(lr.fingerprints, nbytes=nbytes)
                 b.mem_hwm_bytes, b.path = lr.mem_hwm_bytes, path
                 if path in ("shm", "object_store"):  # the engine's own seqlock read of the staging buffer

@@ -193,8 +193,8 @@ def dump(f: Fault, step: int, d: Any, layout: Any) -> Any:
     from trainer_ref import weight_sync
 
     state = {k: v for k, v in d.state.items() if k != "model.norm.weight"}
-    fps, shapes = weight_sync.fingerprint_state(state, layout)
-    return weight_sync.Dump(d.version, state, fps, sorted(state), d.seconds, shapes)
+    fps, shapes = weight_sync.fingerprint_state(state, layout, d.kind)
+    return weight_sync.Dump(d.version, state, fps, sorted(state), d.seconds, shapes, d.kind)
 
 
 def staging_read(f: Fault, step: int, staging: Any, current: Any, previous: Any, locked: bool = True) -> Any:

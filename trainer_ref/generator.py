@@ -199,9 +199,9 @@ class VLLMGenerator:
         with self._lock:
             return {**weight_sync.engine_layout_info(self.llm), "node_id": weight_sync.node_id()}
 
-    def engine_fingerprints(self, shapes: dict[str, list[int]] | None = None) -> dict[str, str]:
+    def engine_fingerprints(self, shapes: dict[str, list[int]] | None = None, kind: str = "bytes") -> dict[str, str]:
         with self._lock:
-            return weight_sync.engine_fingerprints(self.llm, shapes)[0]
+            return weight_sync.engine_fingerprints(self.llm, shapes, kind)[0]
 
     def shutdown(self) -> None:
         self._stop = True

@@ -317,7 +317,8 @@ class Trainer:
                                end_to_end=False) as s:
             with s.dump() as b:  # 1: every expected tensor present, per-tensor fingerprints (engine layout)
                 layout = self._layout()
-                dump = faults.dump(self.fault, v - 1, weight_sync.dump_weights(self.model, v, self.expected, layout), layout)
+                dump = faults.dump(self.fault, v - 1, weight_sync.dump_weights(
+                    self.model, v, self.expected, layout, kind=weight_sync.fingerprint_kind(path)), layout)
                 b.record_fingerprints(dump.fingerprints, nbytes=dump.nbytes)
                 b.path = path
             if path in ("cuda_ipc", "nccl"):
@@ -380,8 +381,11 @@ class Trainer:
         self.version = 0
 
     def weights_digest(self) -> str:
-        """One fingerprint over every parameter (data-parallel ranks must agree on it after each step)."""
-        return weight_sync.digest({k: weight_sync.tensor_fingerprint(v) for k, v in self.model.state_dict().items()})
+        """One fingerprint over every parameter (data-parallel ranks must agree on it after each step; on a GPU
+        computed there, ``device`` kind: every rank's parameters are on the same kind of device)."""
+        kind = "device" if self.device == "cuda" else "bytes"
+        return weight_sync.digest({k: weight_sync.tensor_fingerprint(v, kind=kind)
+                                   for k, v in self.model.state_dict().items()})
 
     def shutdown(self) -> None:
         self.staging.close()  # the shared-memory staging file

@@ -91,8 +91,10 @@ class WeightSyncExtension(GpuSyncMixin):
             os.close(fd)  # releases the lock
         return {**rep, "seq_before": before, "seq_after": after, "torn": before != after or before % 2 == 1}
 
-    def rlobs_fingerprints(self, shapes: dict[str, list[int]] | None = None) -> dict[str, list[str]]:
-        """{name: [xxh64, source]} for every parameter (source: param | consumed | freed)."""
+    def rlobs_fingerprints(self, shapes: dict[str, list[int]] | None = None, kind: str = "bytes") -> dict[str, list[str]]:
+        """{name: [xxh64, source]} for every parameter (source: param | consumed | freed); ``kind``: the dump's
+        (``weight_sync.fingerprint_kind``). The consumed ones (vLLM on the CPU, which frees packed parameters) are
+        ``bytes`` fingerprints: the GPU paths, the only ones using ``device``, never meet a freed parameter."""
         from trainer_ref.weight_sync import tensor_fingerprint
 
         consumed = getattr(self, "_rlobs_consumed", {})
@@ -106,5 +108,5 @@ class WeightSyncExtension(GpuSyncMixin):
             want = (shapes or {}).get(name)
             if want and len(want) == t.dim() and t.shape[0] > want[0]:
                 t = t[: want[0]]  # vocabulary padding
-            out[name] = [tensor_fingerprint(t), "param"]
+            out[name] = [tensor_fingerprint(t, kind=kind), "param"]
         return out

@@ -26,7 +26,9 @@ tensor in the *engine layout* (``EngineLayout``: vLLM fuses q/k/v into ``qkv_pro
 ``gate_up_proj`` per its model class's ``packed_modules_mapping``, and holds a tied ``lm_head`` only as
 the embedding; the trainer applies the same layout, taken from the running engine or derived from the
 model's config), so dump and load fingerprints are comparable tensor by tensor; a fused tensor is hashed
-part by part (``concat_fingerprint``), never concatenated. What each stage measured is recorded by
+part by part (``concat_fingerprint``), never concatenated. On the GPU paths both sides use the ``device`` kind
+(``fingerprint_kind``: a checksum computed on the GPU, not every byte copied to the host).
+What each stage measured is recorded by
 ``probes.WeightSyncProbe`` (trainer side: dump, staging; generator side: transfer, load, cache reset,
 end-to-end lag), with the bytes, bandwidth and path on every boundary, see ``Trainer.sync_out`` and
 ``trainer_ref.engine_update``.
@@ -40,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from probes.fingerprint import _hasher, combined_fingerprint, tensor_fingerprint
+from probes.fingerprint import _hasher, combined_fingerprint, device_fingerprint, tensor_fingerprint
 from probes.staging import StagingBuffer
 
 
@@ -192,10 +194,12 @@ def engine_layout(state: dict[str, Any], layout: EngineLayout) -> dict[str, Any]
     return layout.apply(state)
 
 
-def concat_fingerprint(parts: list[Any]) -> str:
-    """``tensor_fingerprint(torch.cat(parts, 0))`` without building the concatenation (full hash)."""
+def concat_fingerprint(parts: list[Any], kind: str = "bytes") -> str:
+    """``tensor_fingerprint(torch.cat(parts, 0), kind=kind)`` without building the concatenation (full hash)."""
     import torch
 
+    if kind == "device":
+        return device_fingerprint(parts)
     first = parts[0]
     shape = (sum(int(p.shape[0]) for p in parts), *tuple(first.shape[1:]))
     h = _hasher()
@@ -207,17 +211,26 @@ def concat_fingerprint(parts: list[Any]) -> str:
     return h.hexdigest()
 
 
-def fingerprint_state(state: dict[str, Any], layout: EngineLayout) -> tuple[dict[str, str], dict[str, list[int]]]:
-    """Per-tensor fingerprints and shapes of ``state`` (trainer layout) in the engine layout."""
+def fingerprint_state(state: dict[str, Any], layout: EngineLayout,
+                      kind: str = "bytes") -> tuple[dict[str, str], dict[str, list[int]]]:
+    """Per-tensor fingerprints (of ``kind``, ``fingerprint_kind``) and shapes of ``state`` (trainer layout) in the
+    engine layout."""
     out = {k: v for k, v in state.items() if k not in layout.aliases}
     fps, shapes = {}, {}
     for fused, group in layout.fusions(out):
         parts = [out.pop(n) for n in group]
-        fps[fused] = concat_fingerprint(parts)
+        fps[fused] = concat_fingerprint(parts, kind)
         shapes[fused] = [sum(int(p.shape[0]) for p in parts), *[int(x) for x in parts[0].shape[1:]]]
     for k, v in out.items():
-        fps[k], shapes[k] = tensor_fingerprint(v), [int(x) for x in v.shape]
+        fps[k], shapes[k] = tensor_fingerprint(v, kind=kind), [int(x) for x in v.shape]
     return fps, shapes
+
+
+def fingerprint_kind(path: str) -> str:
+    """The fingerprint kind both sides of a sync on ``path`` use: ``device`` on the GPU paths (the tensors are
+    hashed where they live; hashing their bytes on the host would cost more than the whole transfer:
+    ``bench/gpu_sync_cost.py``), ``bytes`` on the CPU ones (xxh3 on the host, the fastest there)."""
+    return "device" if path in ("cuda_ipc", "nccl") else "bytes"
 
 
 def stage_order(state: dict[str, Any], layout: EngineLayout) -> dict[str, Any]:
@@ -243,6 +256,7 @@ class Dump:
     names: list[str]  # tensor names in the dump (trainer layout)
     seconds: float = 0.0
     shapes: dict[str, list[int]] = field(default_factory=dict)  # engine-layout name -> shape
+    kind: str = "bytes"  # the fingerprints' kind (fingerprint_kind)
 
     @property
     def nbytes(self) -> int:
@@ -322,7 +336,7 @@ def flatten_parameters(model: Any, state: dict[str, Any]) -> dict[str, Any]:
 
 
 def dump_weights(model: Any, version: int, expected: Iterable[str] | None = None,
-                 layout: EngineLayout | None = None, flatten: bool = True) -> Dump:
+                 layout: EngineLayout | None = None, flatten: bool = True, kind: str = "bytes") -> Dump:
     """Stage 1: the model's tensors in stage order (no copy on the CPU) and their per-tensor fingerprints.
 
     ``layout`` (default ``EngineLayout.from_model(model)``) says which tensors are tied aliases (not
@@ -341,8 +355,8 @@ def dump_weights(model: Any, version: int, expected: Iterable[str] | None = None
     if flatten and state and all(v.device.type == "cpu" for v in state.values()) and not is_flat(state) \
             and len({v.data_ptr() for v in state.values() if v.numel()}) == sum(1 for v in state.values() if v.numel()):
         state = flatten_parameters(model, state)  # (not when two names share memory: they would be split)
-    fps, shapes = fingerprint_state(state, layout)
-    return Dump(version, state, fps, sorted(state), time.perf_counter() - t0, shapes)
+    fps, shapes = fingerprint_state(state, layout, kind)
+    return Dump(version, state, fps, sorted(state), time.perf_counter() - t0, shapes, kind)
 
 
 # ---- paths ---------------------------------------------------------------------------------------
@@ -466,9 +480,10 @@ class LoadResult:
         return not self.mismatched
 
 
-def engine_fingerprints(llm: Any, shapes: dict[str, list[int]] | None = None) -> tuple[dict[str, str], dict[str, str]]:
-    """The engine's per-tensor fingerprints and where each was read (param | consumed | freed)."""
-    raw = llm.collective_rpc("rlobs_fingerprints", args=(shapes or {},))[0]
+def engine_fingerprints(llm: Any, shapes: dict[str, list[int]] | None = None,
+                        kind: str = "bytes") -> tuple[dict[str, str], dict[str, str]]:
+    """The engine's per-tensor fingerprints (of ``kind``) and where each was read (param | consumed | freed)."""
+    raw = llm.collective_rpc("rlobs_fingerprints", args=(shapes or {}, kind))[0]
     return {k: v[0] for k, v in raw.items()}, {k: v[1] for k, v in raw.items()}
 
 
@@ -481,13 +496,14 @@ def engine_layout_info(llm: Any) -> dict[str, Any]:
 
 def load_into_engine(llm: Any, handle: dict[str, Any], expected: dict[str, str],
                      shapes: dict[str, list[int]] | None = None, perturb: dict[str, float] | None = None,
-                     method: str = "rlobs_load_staged") -> LoadResult:
+                     method: str = "rlobs_load_staged", kind: str = "bytes") -> LoadResult:
     """Stage 4: every worker loads from the staged buffer (``handle``; for the GPU paths, their handles)
-    and reports its seqlock read; then the engine fingerprints are compared with ``expected``.
+    and reports its seqlock read; then the engine fingerprints (of ``kind``, the dump's) are compared with
+    ``expected``.
     ``perturb``: {name: delta} added to those tensors as loaded (the fingerprint-mismatch fault)."""
     t0 = time.perf_counter()
     rep = llm.collective_rpc(method, args=(handle, perturb or {}))[0]
-    fps, src = engine_fingerprints(llm, shapes)
+    fps, src = engine_fingerprints(llm, shapes, kind)
     mism = sorted(k for k in set(expected) | set(fps) if expected.get(k) != fps.get(k))
     return LoadResult(time.perf_counter() - t0, int(rep["tensors"]), fps, mism, int(rep["max_rss_bytes"]), src,
                       int(rep.get("seq_before", 0)), int(rep.get("seq_after", 0)), bool(rep.get("torn", False)),

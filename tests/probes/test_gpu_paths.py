@@ -16,6 +16,23 @@ def test_device_tensors_fingerprint_like_host_tensors():
     assert tensor_fingerprint(a.cuda()) == tensor_fingerprint(a)
 
 
+def test_device_kind_is_computed_on_the_gpu_and_equals_the_cpus():
+    """The GPU weight-sync paths' fingerprint kind: the same bytes give the same fingerprint on the GPU and on the
+    CPU (integer sums mod 2^64 do not depend on the reduction order), across blocks; a change is seen."""
+    import probes.fingerprint as fp
+    from probes.weight_sync import tensor_fingerprint
+
+    g = torch.Generator().manual_seed(1)
+    a = torch.randn(3 * fp.PERIOD + 5, generator=g).to(torch.bfloat16)  # 1.5 blocks of words, odd tail
+    f = tensor_fingerprint(a.cuda(), kind="device")
+    assert f == tensor_fingerprint(a, kind="device")
+    parts = [a[:1000].cuda(), a[1000:].cuda()]
+    assert fp.device_fingerprint(parts) == f
+    b = a.cuda()
+    b.view(torch.int16)[-1] += 1
+    assert tensor_fingerprint(b, kind="device") != f
+
+
 def test_load_high_water_mark_comes_from_the_cuda_allocator():
     from probes.weight_sync import WeightSyncProbe
 

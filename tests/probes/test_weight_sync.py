@@ -34,6 +34,42 @@ def test_fingerprints_are_content_dtype_and_shape_sensitive_across_torch_and_num
     assert compare_fingerprints({"x": "1", "y": "2", "z": "3"}, {"x": "1", "y": "9"}) == (["y"], ["z"])
 
 
+def test_device_kind_fingerprints_every_byte_and_its_place_and_is_the_same_in_parts():
+    """The ``device`` kind (the GPU weight-sync paths': a checksum computed with torch where the tensor lives) sees
+    a one-ulp change anywhere, two words swapped, the dtype and the shape; hashing a fused tensor part by part, in
+    chunks or from an unaligned view gives the same fingerprint as the whole; it is never equal to ``bytes``."""
+    import probes.fingerprint as fp
+
+    g = torch.Generator().manual_seed(0)
+    a = torch.randn(300, 64, generator=g).to(torch.bfloat16)
+    f = tensor_fingerprint(a, kind="device")
+    assert f == tensor_fingerprint(a.clone(), kind="device") != tensor_fingerprint(a)
+    for i in (0, 9_000, a.numel() - 1):  # first, middle, last element: one ulp up
+        b = a.clone().reshape(-1)
+        b.view(torch.int16)[i] += 1  # the next bfloat16
+        assert not torch.equal(b, a.reshape(-1))
+        assert tensor_fingerprint(b.reshape(a.shape), kind="device") != f, i
+    c = a.clone()
+    c[[3, 4]] = c[[4, 3]]  # the same bytes in other places
+    assert tensor_fingerprint(c, kind="device") != f
+    assert tensor_fingerprint(a.reshape(64, 300), kind="device") != f
+    assert tensor_fingerprint(a.view(torch.float16), kind="device") != f
+    assert fp.device_fingerprint([a[:100], a[100:101], a[101:]]) == f  # a fused tensor, part by part
+    odd = torch.arange(11, dtype=torch.uint8)  # parts that end inside a 32-bit word
+    assert fp.device_fingerprint([odd[:3], odd[3:5], odd[5:]]) == tensor_fingerprint(odd, kind="device")
+    flat = a.reshape(-1)
+    assert tensor_fingerprint(flat[1:5001], kind="device") == tensor_fingerprint(flat[1:5001].clone(), kind="device")
+    big = torch.randn(fp.PERIOD + 1001, generator=g)  # over one block of words; parts that straddle its end
+    whole = tensor_fingerprint(big, kind="device")
+    assert fp.device_fingerprint([big[:1001], big[1001:fp.PERIOD + 3], big[fp.PERIOD + 3:]]) == whole
+    moved = big.clone()
+    moved[[5, fp.PERIOD + 5]] = moved[[fp.PERIOD + 5, 5]]  # the same offset in two blocks, swapped
+    assert tensor_fingerprint(moved, kind="device") != whole
+    assert fp.device_checksum([torch.zeros(0)]) == 0
+    with pytest.raises(ValueError, match="bytes, device"):
+        tensor_fingerprint(a, kind="sha")
+
+
 def test_healthy_sync_five_boundaries_spans_and_metrics(live):
     state = _state()
     nbytes = 16 * 8 * 4 + 8 * 8 * 4 + 8 * 2
@@ -257,6 +293,30 @@ def test_fingerprint_a_subset_only_compares_that_subset():
             b.record_state(state, names=["norm.weight"])
     assert s.results["load"]["outcome"] == "ok" and s.results["load"]["fingerprint_match"] is True
     assert fingerprints(state, ["norm.weight", "absent"]).keys() == {"norm.weight"}
+
+
+def test_probe_with_the_device_kind_verifies_a_load_and_catches_a_corrupted_one():
+    """What another trainer on GPUs configures: ``fingerprint_kind="device"`` on the probe; a faithful load matches,
+    one changed tensor is named; an unknown kind is refused at construction."""
+    state = _state()
+    probe = WeightSyncProbe(required=(), fingerprint_kind="device")
+    with probe.sync(1) as s:
+        with s.dump() as b:
+            dumped = b.record_state(state)
+        with s.load() as b:
+            b.record_state({k: v.clone() for k, v in state.items()})
+    assert s.results["load"]["fingerprint_match"] is True
+    assert dumped == fingerprints(state, kind="device") != fingerprints(state)
+    bad = {k: v.clone() for k, v in state.items()}
+    bad["layer.weight"][3, 3] += 1e-3
+    with probe.sync(2) as s:
+        with s.dump() as b:
+            b.record_state(state)
+        with s.load() as b:
+            b.record_state(bad)
+    assert s.results["load"]["outcome"] == "mismatch" and s.results["load"]["fingerprint_match"] is False
+    with pytest.raises(ValueError, match="fingerprint_kind 'gpu'"):
+        WeightSyncProbe(fingerprint_kind="gpu")
 
 
 def test_cross_process_handoff_verifies_the_load_and_joins_the_trace(live):

@@ -50,13 +50,13 @@ def test_gpu_path_loads_from_device_buckets_and_fingerprints_match(engine, tiny_
         with torch.no_grad():
             for p in model.parameters():
                 p.add_(1e-3)
-        dump = weight_sync.dump_weights(model, version, layout=layout)
+        dump = weight_sync.dump_weights(model, version, layout=layout, kind=weight_sync.fingerprint_kind(path))
         st = gpu_sync.stage(tr, dump, path)
         t0 = time.perf_counter()
         transport, _ = gpu_sync.send(tr, path)
         handle, _ = weight_sync.receive(transport)
         lr = weight_sync.load_into_engine(engine, handle, dump.fingerprints, dump.shapes,
-                                          method=weight_sync.LOAD_METHODS[path])
+                                          method=weight_sync.LOAD_METHODS[path], kind=dump.kind)
         secs = time.perf_counter() - t0
         if path == "nccl":
             tr._nccl_thread.join(60)
@@ -66,6 +66,6 @@ def test_gpu_path_loads_from_device_buckets_and_fingerprints_match(engine, tiny_
               f"transfer+load {dump.nbytes / secs / 1e9:.2f} GB/s ({dump.nbytes} bytes)")
     if path == "cuda_ipc":  # a corrupted load is caught on the GPU path too
         handle, _ = weight_sync.receive(gpu_sync.send(tr, path)[0])
-        lr = weight_sync.load_into_engine(engine, handle, dump.fingerprints, dump.shapes,
+        lr = weight_sync.load_into_engine(engine, handle, dump.fingerprints, dump.shapes, kind=dump.kind,
                                           perturb={"model.norm.weight": 0.5}, method=weight_sync.LOAD_METHODS[path])
         assert lr.mismatched == ["model.norm.weight"]

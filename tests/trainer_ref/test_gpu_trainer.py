@@ -1,7 +1,8 @@
 """The trainer on a CUDA GPU without vLLM (skipped without CUDA): real GRPO steps with the probes recording,
 the same numbers as the CPU within float32 tolerance, and the ``cuda_ipc`` sender's device buckets opened
 from another process (what vLLM's worker does in ``GpuSyncMixin.rlobs_load_ipc``) with every fingerprint
-matching the dump. ``test_gpu_sync.py`` covers the load into a real vLLM engine where a CUDA vLLM is installed."""
+matching the dump's (the ``device`` kind on both sides, computed on the GPU). ``test_gpu_sync.py`` covers the
+load into a real vLLM engine where a CUDA vLLM is installed."""
 
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ def _trainer(tiny_model: str, run_dir, **extra):
     from trainer_ref.weight_sync import EngineLayout, tied_aliases
 
     cfg = {**Config(run_dir=str(run_dir), model="tiny", progress=False, groups_per_step=4, group_size=8,
-                    max_tokens=24).to_dict(), **extra}  # extra: e.g. weight_sync_path, which the config leaves to placement
+                    max_tokens=24).to_dict(), **extra}  # e.g. weight_sync_path (the config leaves it to placement)
     tr = Trainer(tiny_model, cfg, str(run_dir))
     tr.layout = EngineLayout({k: list(v) for k, v in LLAMA_PACKED.items()}, tied_aliases(tr.model))
     return tr
@@ -76,7 +77,7 @@ def _open_buckets(handle, layout, out) -> None:  # runs in another process, as t
 
     from probes.weight_sync import tensor_fingerprint
     from trainer_ref.gpu_sync import bucket_views, decode_ipc
-    from trainer_ref.weight_sync import EngineLayout, concat_fingerprint, fused_views
+    from trainer_ref.weight_sync import EngineLayout, concat_fingerprint, fingerprint_kind, fused_views
 
     try:
         state = {}
@@ -85,8 +86,9 @@ def _open_buckets(handle, layout, out) -> None:  # runs in another process, as t
             assert buf.is_cuda
             state.update(bucket_views(buf, b["entries"]))
         parts = fused_views(state, EngineLayout(layout["packed"], layout["aliases"]))  # the trainer layout, fused
-        fps = {k: concat_fingerprint(v) for k, v in parts.items()}  # as _rlobs_reload hashes what it consumes
-        fused = {k: tensor_fingerprint(torch.cat(v, 0)) for k, v in parts.items()}  # what the engine's load builds
+        kind = fingerprint_kind("cuda_ipc")  # "device": on the GPU, both sides
+        fps = {k: concat_fingerprint(v, kind) for k, v in parts.items()}  # part by part
+        fused = {k: tensor_fingerprint(torch.cat(v, 0), kind=kind) for k, v in parts.items()}  # what the load builds
         torch.cuda.synchronize()
         out.put(("ok", (fps, fused, sorted(state))))
     except Exception as e:  # noqa: BLE001 - reported to the test
@@ -101,6 +103,7 @@ def test_cuda_ipc_buckets_open_in_another_process_with_matching_fingerprints(tin
             tr.train_step(_batch(tr, step), step)
             sync = tr.sync_out()
             assert sync["path"] == "cuda_ipc" and sync["version"] == step + 1
+            assert len(sync["fingerprints"]) == len(sync["shapes"])
             handle = sync["ref"][0]["handle"]
             assert handle["version"] == step + 1 and all(b["ipc"] for b in handle["buckets"])
             q = ctx.Queue()
@@ -110,7 +113,8 @@ def test_cuda_ipc_buckets_open_in_another_process_with_matching_fingerprints(tin
             p.join(60)
             assert status == "ok", got
             fps, fused, names = got
-            assert names == sorted(k for k in tr.expected if k not in tr.layout.aliases)  # the buckets hold the trainer layout (the engine fuses on load)
+            # the buckets hold the trainer layout (the engine fuses on load)
+            assert names == sorted(k for k in tr.expected if k not in tr.layout.aliases)
             assert fps == fused == sync["fingerprints"]  # every engine-layout tensor, fused ones included
             assert any(k.endswith("qkv_proj.weight") for k in fps)
     finally:

@@ -36,6 +36,30 @@ def test_dump_fingerprints_engine_layout():
         weight_sync.dump_weights(m, 5, expected=["not.there"])
 
 
+def test_gpu_paths_fingerprint_with_the_device_kind_through_every_stage_that_makes_a_dump():
+    """The kind a sync fingerprints with follows its path (GPU: ``device``, computed where the tensors live); a
+    dump carries it, the fused tensors of the engine layout are hashed part by part in it, and the
+    incomplete-dump fault re-fingerprints in the dump's kind, so a comparison never mixes kinds."""
+    from probes.fingerprint import tensor_fingerprint
+    from trainer_ref import faults
+    from trainer_ref.config import Config
+
+    assert [weight_sync.fingerprint_kind(p) for p in weight_sync.PATHS] == ["bytes", "bytes", "device", "device"]
+    m = _tiny_model()
+    layout = weight_sync.EngineLayout.from_model(m, packed={"qkv_proj": ["q_proj", "k_proj", "v_proj"],
+                                                            "gate_up_proj": ["gate_proj", "up_proj"]})
+    d = weight_sync.dump_weights(m, 3, layout=layout, flatten=False, kind="device")
+    b = weight_sync.dump_weights(m, 3, layout=layout, flatten=False)
+    assert d.kind == "device" and b.kind == "bytes" and d.fingerprints.keys() == b.fingerprints.keys()
+    assert not set(d.fingerprints.values()) & set(b.fingerprints.values())
+    qkv = torch.cat([getattr(m.model.layers[0].self_attn, n).weight for n in ("q_proj", "k_proj", "v_proj")])
+    assert d.fingerprints["model.layers.0.self_attn.qkv_proj.weight"] == tensor_fingerprint(qkv, kind="device")
+    f = faults.from_config(Config(run_dir="/tmp/unused", fault="incomplete_dump", fault_onset=0).to_dict())
+    cut = faults.dump(f, 0, d, layout)
+    assert cut.kind == "device" and "model.norm.weight" not in cut.fingerprints
+    assert {k: v for k, v in d.fingerprints.items() if k != "model.norm.weight"} == cut.fingerprints
+
+
 def test_staging_detects_torn_reads_only_without_lock():
     """The trainer's staging buffer is probes' one StagingBuffer (shared memory, seqlock)."""
     import numpy as np
