@@ -171,20 +171,35 @@ HELDOUT_SEEDS = (4, 5, 6, 7, 8, 9)
 # fresh lr-too-high seeds 70-79 and healthy sync seeds 68-73 (40 steps, their number fixed here) are scored once.
 # lr too high is reported under today's rules as the eighteenth and nineteenth runs pooled, and every warning on
 # the six healthy runs counts against the bar
+# Twentieth run (4 Dec 2026, registered before any of its runs was trained; rules as committed at 6a7ba98, i.e.
+# after the solved-task changes of 4 Dec (advantage-zero-std-groups / entropy-collapse at info on a solved task,
+# precursor-oversized-updates judging only steps with a gradient), none of which was scored on a collapse class):
+# one fresh seed set for every class and the main healthy settings at once, 40 steps, scored once under today's
+# rules, so the table states where every class stands now rather than run by run. Fresh seeds, their number fixed
+# here: lr-too-high 80-85, lr-warmup-too-high 18-21, kl-blow-up 20-23, staleness-no-is 26-29, staleness-no-is-lag4
+# 23-26 (mixed), reward-hacking 28-31, reward-hacking-control 24-27 (mixed), healthy sync 74-79, healthy
+# separate_async 12-15, healthy separate_async without IS 38-39, healthy-colocate 4-5: 44 runs, trained in that
+# order. Stated before training: the runs not finished by 19:45 UTC are listed as not run, none is dropped after
+# being scored, and every warning on a healthy run (or a mixed-class run without a drop) counts against the bar.
+RUN20 = {"lr-too-high": tuple(range(80, 86)), "lr-warmup-too-high": tuple(range(18, 22)),
+         "kl-blow-up": tuple(range(20, 24)), "staleness-no-is": tuple(range(26, 30)),
+         "staleness-no-is-lag4": tuple(range(23, 27)), "reward-hacking": tuple(range(28, 32)),
+         "reward-hacking-control": tuple(range(24, 28))}
 HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 80)), "kl-blow-up": tuple(range(10, 20)),
                                              "lr-warmup-too-high": (10, 11, 12, 13, 14, 15, 16, 17),
                                              "staleness-no-is": tuple(range(10, 26)),
                                              "staleness-no-is-lag4": tuple(range(3, 23)),
                                              "reward-hacking": tuple(range(10, 20)) + tuple(range(20, 28)),
                                              "reward-hacking-control": tuple(range(8, 14)) + tuple(range(14, 18)) + tuple(range(18, 24))}
+HELDOUT_EXTRA = {k: v + RUN20.get(k, ()) for k, v in HELDOUT_EXTRA.items()}
 # healthy seeds 22-27 (ninth run, 60 steps like its reward-hacking runs): added while those were training, before any
 # of the ninth run was scored
-HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 42)) + tuple(range(46, 74))}
-HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 12))}
+HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 42)) + tuple(range(46, 80))}
+HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 16))}  # 12-15: the twentieth run
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are
 # new (0-11 had been seen, 9-11 warned in the fifth run)
-HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 38))}
+HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 40))}  # 38-39: twentieth
 # Thirteenth run (2 Dec 2026, registered before any was trained, rules unchanged since 4e71bea): the healthy runs
 # so far are one setting (lr 3e-4, 8 groups x 8, T 1, exact grader, 40-60 steps) in two modes; the bar is 0 warnings
 # on healthy runs, so it gets settings that learn but were never looked at while a threshold was chosen: 100 steps
@@ -196,8 +211,8 @@ HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple
 HEALTHY_VARIANTS: dict[str, tuple[str, list[str], tuple[int, ...], int | None]] = {
     "healthy-long": ("healthy sync, lr 3e-4, 100 steps", HEALTHY, (42, 43, 44, 45), 100),
     "healthy-lr1e-4": ("healthy sync, lr 1e-4 (slower)", [*SYNC, "--lr", "1e-4"], (0, 1, 2, 3), None),
-    "healthy-colocate": ("healthy colocate_async, lr 3e-4", ["--mode", "colocate_async", "--lr", "3e-4"], (0, 1, 2, 3),
-                         None),
+    "healthy-colocate": ("healthy colocate_async, lr 3e-4", ["--mode", "colocate_async", "--lr", "3e-4"],
+                         (0, 1, 2, 3, 4, 5), None),  # 4-5: the twentieth run
     "healthy-rule-chain": ("healthy sync, lr 3e-4, the controls' mix and grader (rule, chains 0.9, held out 0.15)",
                            [*SYNC, "--grader", "rule", "--chain-prob", "0.9", "--eval-chain-prob", "0.15", "--lr",
                             "3e-4"], tuple(range(8)), None),
