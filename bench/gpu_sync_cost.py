@@ -71,10 +71,9 @@ class _Trainer:
 def _engine(conn: Any, layout: dict[str, Any], repeats: int) -> None:
     """The engine worker's side, in its own process: open the handles, load (copy) fused, fingerprint back."""
     import torch
-    from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
     from probes.fingerprint import tensor_fingerprint
-    from trainer_ref.gpu_sync import bucket_views, decode_ipc
+    from trainer_ref.gpu_sync import open_ipc
     from trainer_ref.weight_sync import EngineLayout, fused_views
 
     lay = EngineLayout(layout["packed"], layout["aliases"])
@@ -84,10 +83,7 @@ def _engine(conn: Any, layout: dict[str, Any], repeats: int) -> None:
             handle = conn.recv()
             torch.cuda.synchronize()
             t0 = time.perf_counter()
-            state = {}
-            for b in handle["buckets"]:
-                buf = rebuild_cuda_tensor(*decode_ipc(b["ipc"], torch.cuda.current_device()))
-                state.update(bucket_views(buf, b["entries"]))
+            state = open_ipc(handle)
             t1 = time.perf_counter()
             parts = fused_views(state, lay)
             for k, v in parts.items():

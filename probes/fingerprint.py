@@ -172,14 +172,35 @@ def tensor_fingerprint(t: Any, max_bytes: int | None = None, kind: str = "bytes"
     return h.hexdigest()
 
 
+def concat_fingerprint(parts: list[Any], kind: str = "bytes") -> str:
+    """``tensor_fingerprint(torch.cat(parts, 0), kind=kind)`` of torch tensors without building the concatenation
+    (full hash): how a tensor the engine fuses (q/k/v, gate/up) is fingerprinted from the trainer's parts."""
+    import torch
+
+    if kind == "device":
+        return device_fingerprint(parts)
+    first = parts[0]
+    h = _hasher()
+    h.update(f"{str(first.dtype).replace('torch.', '')}|{_cat_shape(parts)}|f|".encode())
+    for p in parts:
+        x = p.detach().contiguous()
+        if x.numel():
+            h.update(x.reshape(-1).view(torch.uint8).cpu().numpy().data)
+    return h.hexdigest()
+
+
 def device_fingerprint(parts: list[Any]) -> str:
     """``tensor_fingerprint(torch.cat(parts, 0), kind="device")`` without building the concatenation."""
-    first = parts[0]
-    shape = (sum(int(p.shape[0]) for p in parts), *tuple(first.shape[1:])) if len(parts) > 1 else tuple(first.shape)
     h = _hasher()
-    h.update(f"{str(first.dtype).replace('torch.', '')}|{shape}|d|".encode())
+    h.update(f"{str(parts[0].dtype).replace('torch.', '')}|{_cat_shape(parts)}|d|".encode())
     h.update(device_checksum(parts).to_bytes(8, "little"))
     return h.hexdigest()
+
+
+def _cat_shape(parts: list[Any]) -> tuple[int, ...]:
+    """The shape of ``torch.cat(parts, 0)`` (one part: its own shape, a 0-d tensor's included)."""
+    first = parts[0]
+    return (sum(int(p.shape[0]) for p in parts), *tuple(first.shape[1:])) if len(parts) > 1 else tuple(first.shape)
 
 
 def tensor_nbytes(t: Any) -> int:

@@ -176,6 +176,19 @@ def decode_ipc(enc: list[Any], device_index: int | None = None) -> tuple:
     return tuple(out)
 
 
+def open_ipc(handle: dict[str, Any], device_index: int | None = None) -> dict[str, Any]:
+    """The engine's side of ``cuda_ipc``: the trainer's buckets rebuilt from their IPC handles on this process's
+    device (``device_index``, default the current one), as {trainer-layout name: view into its bucket}."""
+    import torch
+    from torch.multiprocessing.reductions import rebuild_cuda_tensor
+
+    dev = torch.cuda.current_device() if device_index is None else device_index
+    state: dict[str, Any] = {}
+    for b in handle["buckets"]:
+        state.update(bucket_views(rebuild_cuda_tensor(*decode_ipc(b["ipc"], dev)), b["entries"]))
+    return state
+
+
 def _node_ip() -> str:
     try:
         import ray
@@ -200,14 +213,8 @@ class GpuSyncMixin:
     def rlobs_load_ipc(self, handle: dict[str, Any], perturb: dict[str, float] | None = None) -> dict[str, Any]:
         """Rebuild the trainer's buckets from their IPC handles on this worker's device and load views."""
         import torch
-        from torch.multiprocessing.reductions import rebuild_cuda_tensor
 
-        dev = torch.cuda.current_device()
-        state: dict[str, Any] = {}
-        for b in handle["buckets"]:
-            buf = rebuild_cuda_tensor(*decode_ipc(b["ipc"], dev))
-            state.update(bucket_views(buf, b["entries"]))
-        rep = self._rlobs_reload(state, perturb)  # type: ignore[attr-defined]
+        rep = self._rlobs_reload(open_ipc(handle), perturb)  # type: ignore[attr-defined]
         torch.cuda.synchronize()
         return rep  # no seqlock on this path: the trainer's buckets are not rewritten until the next sync
 

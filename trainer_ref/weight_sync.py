@@ -42,7 +42,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
-from probes.fingerprint import _hasher, combined_fingerprint, device_fingerprint, tensor_fingerprint
+from probes.fingerprint import combined_fingerprint, concat_fingerprint, tensor_fingerprint
 from probes.staging import StagingBuffer
 
 
@@ -192,23 +192,6 @@ def engine_names(names: Iterable[str], layout: EngineLayout) -> list[str]:
 def engine_layout(state: dict[str, Any], layout: EngineLayout) -> dict[str, Any]:
     """The state dict in the engine layout (``EngineLayout.apply``; for fingerprint comparison)."""
     return layout.apply(state)
-
-
-def concat_fingerprint(parts: list[Any], kind: str = "bytes") -> str:
-    """``tensor_fingerprint(torch.cat(parts, 0), kind=kind)`` without building the concatenation (full hash)."""
-    import torch
-
-    if kind == "device":
-        return device_fingerprint(parts)
-    first = parts[0]
-    shape = (sum(int(p.shape[0]) for p in parts), *tuple(first.shape[1:]))
-    h = _hasher()
-    h.update(f"{str(first.dtype).replace('torch.', '')}|{shape}|f|".encode())
-    for p in parts:
-        x = p.detach().contiguous()
-        if x.numel():
-            h.update(x.reshape(-1).view(torch.uint8).cpu().numpy().data)
-    return h.hexdigest()
 
 
 def fingerprint_state(state: dict[str, Any], layout: EngineLayout,

@@ -73,18 +73,13 @@ def test_steps_on_cuda_match_the_cpu_and_are_recorded(tiny_model, tmp_path):
 
 
 def _open_buckets(handle, layout, out) -> None:  # runs in another process, as the engine's worker would
-    from torch.multiprocessing.reductions import rebuild_cuda_tensor
-
     from probes.weight_sync import tensor_fingerprint
-    from trainer_ref.gpu_sync import bucket_views, decode_ipc
+    from trainer_ref.gpu_sync import open_ipc
     from trainer_ref.weight_sync import EngineLayout, concat_fingerprint, fingerprint_kind, fused_views
 
     try:
-        state = {}
-        for b in handle["buckets"]:
-            buf = rebuild_cuda_tensor(*decode_ipc(b["ipc"], torch.cuda.current_device()))
-            assert buf.is_cuda
-            state.update(bucket_views(buf, b["entries"]))
+        state = open_ipc(handle)  # what GpuSyncMixin.rlobs_load_ipc hands to reload_weights
+        assert all(v.is_cuda for v in state.values())
         parts = fused_views(state, EngineLayout(layout["packed"], layout["aliases"]))  # the trainer layout, fused
         kind = fingerprint_kind("cuda_ipc")  # "device": on the GPU, both sides
         fps = {k: concat_fingerprint(v, kind) for k, v in parts.items()}  # part by part
