@@ -192,6 +192,19 @@ HELDOUT_EXTRA: dict[str, tuple[int, ...]] = {"lr-too-high": tuple(range(10, 80))
                                              "reward-hacking": tuple(range(10, 20)) + tuple(range(20, 28)),
                                              "reward-hacking-control": tuple(range(8, 14)) + tuple(range(14, 18)) + tuple(range(18, 24))}
 HELDOUT_EXTRA = {k: v + RUN20.get(k, ()) for k, v in HELDOUT_EXTRA.items()}
+# Twenty-first run (4 Dec 2026, registered before any of its runs was trained): the lag-4 family (2 of 4 in the
+# twentieth run, 0 of 4 in the eighth). Its misses keep the 5-step ESS median over 0.8 while single steps dip to
+# 0.1-0.4 (twentieth-run s23-s26, looked at: calibration for any change from now on), which a median cannot see.
+# Calibration, trained first: staleness-no-is-lag4 seeds 27-38 and the no-IS control (max staleness 2) seeds 40-45
+# (40 steps); a change to precursor-uncorrected-off-policy is chosen on them, the twentieth run's s23-s26 and
+# staleness-no-is / healthy-async-nois records at hand, then frozen (committed) before the held-out seeds are
+# trained: staleness-no-is-lag4 39-50 (mixed: a run without a drop is scored as healthy), healthy-async-nois 46-51
+# and staleness-no-is 30-33, 40 steps, their number fixed here, scored once under the frozen rules. Stated before
+# training: if no change keeps the no-IS controls and the lag-4 runs without a drop quiet on the calibration runs,
+# none is made and the held-out runs are scored under the rules as they are
+CLASS_SEEDS["staleness-no-is-lag4"] = (MIXED_CALIBRATION_SEEDS + tuple(range(27, 39)), ())
+HELDOUT_EXTRA["staleness-no-is-lag4"] += tuple(range(39, 51))
+HELDOUT_EXTRA["staleness-no-is"] += tuple(range(30, 34))
 # healthy seeds 22-27 (ninth run, 60 steps like its reward-hacking runs): added while those were training, before any
 # of the ninth run was scored
 HEALTHY_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 42)) + tuple(range(46, 80))}
@@ -199,7 +212,8 @@ HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 16))}
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are
 # new (0-11 had been seen, 9-11 warned in the fifth run)
-HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5), "heldout": tuple(range(6, 40))}  # 38-39: twentieth
+HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5) + tuple(range(40, 46)),  # 40-45: twenty-first
+                             "heldout": tuple(range(6, 40)) + tuple(range(46, 52))}  # 38-39: twentieth; 46-51: 21st
 # Thirteenth run (2 Dec 2026, registered before any was trained, rules unchanged since 4e71bea): the healthy runs
 # so far are one setting (lr 3e-4, 8 groups x 8, T 1, exact grader, 40-60 steps) in two modes; the bar is 0 warnings
 # on healthy runs, so it gets settings that learn but were never looked at while a threshold was chosen: 100 steps
