@@ -342,12 +342,51 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
         return []
     w, persist = int(th["window"]), int(th.get("min_steps", 1))
     stale = dict(series(ctx, "staleness"))
+    median_leg = _uncorrected_median(ess, stale, w, persist, th)
+    dip_leg = _uncorrected_dip(ess, stale, w, th)
+    legs = [x for x in (median_leg, dip_leg) if x is not None]
+    if not legs:
+        return []
+    step, evidence, what, (low, high) = min(legs, key=lambda x: x[0])
+    return [Finding(
+        rule=UNCORRECTED, severity=Severity.WARNING,
+        title=(f"early warning: stale samples trained on without importance correction, {what} by step {step}; "
+               f"off-policy divergence expected within {low:g}-{high:g} steps"),
+        first_step=step, last_step=step,
+        evidence=[*evidence,
+                  Evidence("importance correction cap (tis_cap)", cap, None, None,
+                           "0: the loss uses the stale samples as if on-policy"),
+                  Evidence("expected time to impact", f"{low:g}-{high:g} steps", None, None,
+                           "held-out success fell this many steps after such a warning in bench/early_warning.py's "
+                           "staleness-without-IS runs")],
+        root_cause=("the generator runs ahead of the trainer (staleness) and the loss applies no importance "
+                    "correction, so the gradient follows the stale policies' samples; the bias grows with the "
+                    "gap between the policies (the falling ESS) and compounds step after step"),
+        confidence=0.7,
+        remediation=["turn truncated importance sampling on (trainer_ref: --tis-cap 2; verl: rollout "
+                     "correction / TIS; AReaL: decoupled PPO)",
+                     "tighten max_staleness (e.g. 1-2) or slow the generator down",
+                     "resume from a checkpoint before the warning; rlobs doctor RUN --rule staleness-over-bound"],
+    )]
+
+
+_Leg = tuple[int, list[Evidence], str, tuple[float, float]]
+
+
+def _window_staleness(stale: Mapping[int, float], steps: Sequence[int]) -> float:
+    st = [stale[s] for s in steps if s in stale]
+    return statistics.median(st) if st else 0.0
+
+
+def _uncorrected_median(ess: Series, stale: Mapping[int, float], w: int, persist: int,
+                        th: Mapping[str, float]) -> _Leg | None:
+    """The level leg: the ``w``-step median ESS under ``ess_below`` at ``persist`` steps running (one once the
+    window's median staleness is ``fast_staleness``+)."""
     run = 0
     for i in range(w - 1, len(ess)):
         last = ess[i - w + 1:i + 1]
         level = statistics.median(v for _, v in last)
-        st = [stale[s] for s, _ in last if s in stale]
-        mean_st = statistics.median(st) if st else 0.0
+        mean_st = _window_staleness(stale, [s for s, _ in last])
         run = 0 if level >= th["ess_below"] or mean_st < th["min_staleness"] else run + 1
         need = 1 if mean_st >= th.get("fast_staleness", math.inf) else persist  # far behind: no burst to wait out
         if run < need:
@@ -355,32 +394,35 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
         step = ess[i][0]
         first = next((s for s, v in ess[:i + 1] if v < th["ess_below"] and stale.get(s, 0.0) >= th["min_staleness"]),
                      step)
-        return [Finding(
-            rule=UNCORRECTED, severity=Severity.WARNING,
-            title=(f"early warning: stale samples trained on without importance correction, their effective sample "
-                   f"size down to {level:.0%} of the tokens by step {step} (staleness {mean_st:.1f}); off-policy "
-                   f"divergence expected within {th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"),
-            first_step=step, last_step=step,
-            evidence=[Evidence("staleness.ess_ratio", round(level, 4), th["ess_below"], (first, step),
-                               f"median of the last {w} steps ({run} steps running); 1.0 = on-policy, the rest of the batch's weight is "
-                               "carried by a few tokens the stale policy sampled unlike the current one"),
-                      Evidence("staleness.mean_staleness", round(mean_st, 3), th["min_staleness"], (first, step),
-                               "median over the same steps (policy versions between generation and training)"),
-                      Evidence("importance correction cap (tis_cap)", cap, None, None,
-                               "0: the loss uses the stale samples as if on-policy"),
-                      Evidence("expected time to impact", f"{th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps",
-                               None, None, "held-out success fell this many steps after the warning in "
-                               "bench/early_warning.py's staleness-without-IS runs")],
-            root_cause=("the generator runs ahead of the trainer (staleness) and the loss applies no importance "
-                        "correction, so the gradient follows the stale policies' samples; the bias grows with the "
-                        "gap between the policies (the falling ESS) and compounds step after step"),
-            confidence=0.7,
-            remediation=["turn truncated importance sampling on (trainer_ref: --tis-cap 2; verl: rollout "
-                         "correction / TIS; AReaL: decoupled PPO)",
-                         "tighten max_staleness (e.g. 1-2) or slow the generator down",
-                         "resume from a checkpoint before the warning; rlobs doctor RUN --rule staleness-over-bound"],
-        )]
-    return []
+        ev = [Evidence("staleness.ess_ratio", round(level, 4), th["ess_below"], (first, step),
+                       f"median of the last {w} steps ({run} steps running); 1.0 = on-policy, the rest of the batch's "
+                       "weight is carried by a few tokens the stale policy sampled unlike the current one"),
+              Evidence("staleness.mean_staleness", round(mean_st, 3), th["min_staleness"], (first, step),
+                       "median over the same steps (policy versions between generation and training)")]
+        return (step, ev, f"their effective sample size down to {level:.0%} of the tokens (staleness {mean_st:.1f})",
+                (th["impact_steps_low"], th["impact_steps_high"]))
+    return None
+
+
+def _uncorrected_dip(ess: Series, stale: Mapping[int, float], w: int, th: Mapping[str, float]) -> _Leg | None:
+    """The dip leg (the lag-4 family, whose collapses kept the median high): one step whose ESS is under
+    ``dip_below`` while the last ``w`` steps' median staleness is ``dip_staleness``+ versions."""
+    if "dip_below" not in th:
+        return None
+    for i, (step, v) in enumerate(ess):
+        if v >= th["dip_below"]:
+            continue
+        mean_st = _window_staleness(stale, [s for s, _ in ess[max(0, i - w + 1):i + 1]])
+        if mean_st < th["dip_staleness"]:
+            continue
+        ev = [Evidence("staleness.ess_ratio", round(v, 4), th["dip_below"], (step, step),
+                       "one step's batch: a few tokens the stale policy sampled, and the current one would not, carry "
+                       "nearly all of its importance weight; at this lag such steps came before the collapse"),
+              Evidence("staleness.mean_staleness", round(mean_st, 3), th["dip_staleness"], (step, step),
+                       f"median over the last {w} steps (policy versions between generation and training)")]
+        return (step, ev, f"one step's effective sample size down to {v:.0%} of the tokens at staleness "
+                f"{mean_st:.1f}", (th["dip_impact_steps_low"], th["dip_impact_steps_high"]))
+    return None
 
 
 OVERSIZED = "precursor-oversized-updates"
