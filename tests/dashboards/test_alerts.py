@@ -214,3 +214,47 @@ def test_oversized_updates_alert_is_quiet_on_a_solved_task_whose_steps_have_no_g
     out = subprocess.run([need("promtool"), "test", "rules", "solved_oversized_test.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def test_uncorrected_off_policy_alert_fires_on_one_steps_dip_at_lag_four_and_not_at_lag_two(tmp_path):
+    """The dip leg, live. The real lag-4 run of the early-warning bench (tests/early_warning/data, staleness-no-is-lag4
+    s27: no correction, max staleness 4; held-out success fell at step 20): its 10-minute median ESS stays over the
+    bar, and one step's batch fell to 2 % at step 11. Replayed at a step a minute, a real promtool evaluates the
+    committed rule: quiet before the dip, firing a minute after it. The no-IS control at max staleness 2 (a real
+    run whose one step dipped to 6 %) stays quiet throughout, and so does the lag-4 run with the correction on."""
+    import json
+
+    runs = json.loads((Path(__file__).resolve().parents[1] / "early_warning" / "data" / "collapse_runs.json")
+                      .read_text())["runs"]
+    lag4, control = runs["staleness-no-is-lag4-s27"]["steps"], runs["healthy-async-nois-s0"]["steps"]
+    labels = {**a.CASE_LABELS}
+
+    def sel(name: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+    r = a.rule("precursor-uncorrected-off-policy")
+    alert = {**r.labels, "run": "r1", "component": "trainer"}
+    dip = min(x["ess"] for x in lag4[:13])  # step 11, the lowest of the window the 12-minute evaluation reads
+    notes = {k: a._render(v, alert, f"{dip * 100:.4g}%") for k, v in r.annotations().items()}
+
+    def case(name: str, steps: list[dict], cap: float, firing: dict[int, bool]) -> dict:
+        series = [{"series": sel("rlobs_effective_sample_size_ratio"), "values": " ".join(f"{x['ess']:.9g}" for x in steps)},
+                  {"series": sel("rlobs_staleness_mean_versions"),
+                   "values": " ".join(f"{x['staleness']:.9g}" for x in steps)},
+                  {"series": sel("rlobs_importance_correction_cap"), "values": f"{cap:g}x{len(steps) - 1}"},
+                  {"series": sel("up"), "values": f"1x{len(steps) - 1}"}]
+        tests = [{"eval_time": f"{t}m", "alertname": r.name,
+                  "exp_alerts": [{"exp_labels": alert, "exp_annotations": notes}] if on else []}
+                 for t, on in firing.items()]
+        return {"name": name, "interval": "1m", "input_series": series, "alert_rule_test": tests}
+
+    assert lag4[11]["step"] == 11 and lag4[11]["ess"] == dip < a._th("precursor-uncorrected-off-policy", "dip_below")
+    quiet = {t: False for t in range(1, len(control))}
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml")], "evaluation_interval": "1m", "tests": [
+        case("lag 4, no correction: the step-11 dip", lag4, 0, {**{t: False for t in range(1, 12)}, 12: True}),
+        case("lag 4 with the correction on", lag4, 2, {t: False for t in range(1, len(lag4))}),
+        case("lag 2, no correction, one step at 6 %", control, 0, quiet)]}
+    (tmp_path / "dip_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "dip_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
