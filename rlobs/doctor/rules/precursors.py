@@ -24,8 +24,9 @@ level by ``learning_gain`` (and the zero-std rule while the reward is high: solv
 
 ``precursor-uncorrected-off-policy`` is a level rule, not a drift: stale samples whose importance ratios have
 lost a fifth of their effective sample size (median of the last ``window`` steps under ``ess_below``, at
-``min_steps`` steps running: a few low steps close together are a burst) are trained on
-with no importance correction (``staleness.is_correction_cap`` 0, or the run config's ``tis_cap`` 0): the update
+``min_steps`` steps running: a few low steps close together are a burst), or far behind one step whose ESS is
+under ``dip_below`` at a median staleness of ``dip_staleness``+ versions (the lag-4 family's collapses kept the
+median high), are trained on with no importance correction (``staleness.is_correction_cap`` 0, or the run config's ``tis_cap`` 0): the update
 is biased towards the policies that generated them, every step. With correction on, the same ESS is what the
 truncation handles (``precursor-importance-truncation`` watches it). ``precursor-oversized-updates`` is a level
 too: ``min_steps`` of the last ``window`` steps' ``train_step.policy_kl`` (how far each optimiser step moved the
@@ -328,8 +329,9 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
     """Early warning of an off-policy divergence: the importance ratios of the consumed samples (current policy
     over the one that generated them) have an effective sample size under ``ess_below`` of the tokens (median of
     the last ``window`` steps, at ``min_steps`` consecutive steps; one is enough once the samples are
-    ``fast_staleness`` versions old) at a mean staleness of at least ``min_staleness`` versions, and the loss
-    applies no importance correction (cap 0): every step's update is biased towards stale policies. Quiet when the correction
+    ``fast_staleness`` versions old) at a mean staleness of at least ``min_staleness`` versions, or one step's
+    ESS under ``dip_below`` once the last ``window`` steps' median staleness is ``dip_staleness``+ (the dip leg),
+    and the loss applies no importance correction (cap 0): every step's update is biased towards stale policies. Quiet when the correction
     is on or unknown. Thresholds: the failure table (rlobs.failures)."""
     ess = series(ctx, "ess")
     if not ess:
