@@ -331,8 +331,8 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
     the last ``window`` steps, at ``min_steps`` consecutive steps; one is enough once the samples are
     ``fast_staleness`` versions old) at a mean staleness of at least ``min_staleness`` versions, or one step's
     ESS under ``dip_below`` once the last ``window`` steps' median staleness is ``dip_staleness``+ (the dip leg),
-    and the loss applies no importance correction (cap 0): every step's update is biased towards stale policies. Quiet when the correction
-    is on or unknown. Thresholds: the failure table (rlobs.failures)."""
+    and the loss applies no importance correction (cap 0): every step's update is biased towards stale policies.
+    Quiet when the correction is on or unknown. Thresholds: the failure table (rlobs.failures)."""
     ess = series(ctx, "ess")
     if not ess:
         return Insufficient("no staleness events with ess_ratio (importance-sampling statistics)")
