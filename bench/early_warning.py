@@ -62,10 +62,14 @@ CLASSES: dict[str, tuple[str, list[str]]] = {
     "reward-hacking-control": ("the same prompts and lr with the honest grader ('rule'): what the loophole adds",
                                [*SYNC, "--grader", "rule", "--chain-prob", "0.9", "--eval-chain-prob", "0.15",
                                 "--lr", "7e-4"]),
+    "low-temperature": ("sampling at temperature 0.3 (both sides), lr 7e-4, 60 steps: the issue's low-temperature "
+                        "entropy class; on seed 0 held-out success peaked by step 5, then its groups turned "
+                        "zero-std and it slid (README)", [*SYNC, "--temperature", "0.3", "--lr", "7e-4"]),
 }
+CLASS_STEPS = {"low-temperature": 60}  # classes whose runs are longer than --steps
 # classes whose setting collapses on some seeds and learns on others: a run of theirs that does not collapse is
 # scored as a healthy run (a warning on it counts against the rules)
-MIXED = ("staleness-no-is-lag4", "reward-hacking-control")
+MIXED = ("staleness-no-is-lag4", "reward-hacking-control", "low-temperature")
 # 2 Dec 2026, eighth run: reward hacking. The verbose grader at lr 1e-3 (and the chain-heavy mix the loophole needs)
 # collapsed held-out success with the honest grader too (seed 0: 0.52 -> 0.28 by step 15); at lr 3e-4 / 5e-4 the
 # loophole was learned (training reward +0.6) without costing held-out success in 60-80 steps. At lr 7e-4 seed 0 the
@@ -212,6 +216,15 @@ HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 16))}
 # 1 Dec 2026, sixth run: policy_kl got its importance correction (trainer_ref.grpo.policy_kl, behaviour=); every
 # async control was re-recorded with it and scored with the rules unchanged; seeds 12-17 of the no-IS control are
 # new (0-11 had been seen, 9-11 warned in the fifth run)
+# Twenty-first run, second part (4 Dec 2026, registered before any of its runs was trained): the entropy
+# class by its own mechanism, low temperature. T 0.3 at lr 7e-4 (thirteenth session, seed 0, looked at) peaked held
+# out at step 5 and slid (0.75 -> 0.42 by step 60) with 50-100 % zero-std groups; its entropy only halved, so it
+# was called a stall and left out. It is a MIXED class here (a run without a drop in 60 steps is scored as healthy),
+# with its control at the healthy lr, which learned at T 0.3 (healthy-t03). Calibration, trained first and looked
+# at under the rules as they are: low-temperature seeds 0-3, healthy-t03 seeds 0-1. Held out, their number fixed
+# here: low-temperature 4-11, healthy-t03 2-7, 60 steps; trained after any change a calibration look leads to is
+# committed, and scored once
+CLASS_SEEDS["low-temperature"] = ((0, 1, 2, 3), tuple(range(4, 12)))
 HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5) + tuple(range(40, 46)),  # 40-45: twenty-first
                              "heldout": tuple(range(6, 40)) + tuple(range(46, 52))}  # 38-39: twentieth; 46-51: 21st
 # Thirteenth run (2 Dec 2026, registered before any was trained, rules unchanged since 4e71bea): the healthy runs
@@ -234,6 +247,8 @@ HEALTHY_VARIANTS: dict[str, tuple[str, list[str], tuple[int, ...], int | None]] 
                    tuple(range(10)), None),
     "healthy-t07": ("healthy sync, lr 3e-4, temperature 0.7", [*SYNC, "--lr", "3e-4", "--temperature", "0.7"],
                     (0, 1, 2, 3), None),
+    "healthy-t03": ("healthy sync, lr 3e-4, temperature 0.3 (the low-temperature class's control)",
+                    [*SYNC, "--lr", "3e-4", "--temperature", "0.3"], tuple(range(8)), 60),
     "healthy-g16x4": ("healthy sync, lr 3e-4, 16 groups x 4", [*SYNC, "--lr", "3e-4", "--groups-per-step", "16",
                                                              "--group-size", "4"], (0, 1, 2, 3), None),
 }
@@ -242,7 +257,7 @@ HEALTHY_VARIANTS: dict[str, tuple[str, list[str], tuple[int, ...], int | None]] 
 # from now on; frozen before healthy-kl seeds 4-9 and kl-blow-up seeds 14-19 were trained (40 steps, their number
 # fixed in advance). Scored once: every KL warning on the six healthy runs counts against the bar, and the blow-ups
 # are scored as a class (warned before the drop). Other rules unchanged since 4e71bea
-VARIANT_CALIBRATION: dict[str, tuple[int, ...]] = {"healthy-kl": (0, 1, 2, 3)}
+VARIANT_CALIBRATION: dict[str, tuple[int, ...]] = {"healthy-kl": (0, 1, 2, 3), "healthy-t03": (0, 1)}
 
 
 def _flags(run_dir: Path) -> list[str]:
@@ -261,8 +276,8 @@ def matrix(classes: list[str] | None = None) -> list[dict]:
         cal, held = CLASS_SEEDS.get(cls) or ((MIXED_CALIBRATION_SEEDS, ()) if cls in MIXED
                                              else (CALIBRATION_SEEDS, HELDOUT_SEEDS))
         for split, seeds in (("calibration", cal), ("heldout", held + HELDOUT_EXTRA.get(cls, ()))):
-            out += [{"name": f"{cls}-s{s}", "class": cls, "split": split, "seed": s, "args": CLASSES[cls][1]}
-                    for s in seeds]
+            out += [{"name": f"{cls}-s{s}", "class": cls, "split": split, "seed": s, "args": CLASSES[cls][1],
+                     **({"steps": CLASS_STEPS[cls]} if cls in CLASS_STEPS else {})} for s in seeds]
     if classes and "healthy" not in classes:
         return out  # --classes names collapse classes only: no healthy runs with them
     for split, seeds in HEALTHY_SEEDS.items():
