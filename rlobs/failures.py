@@ -159,19 +159,14 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     # at step 9 at staleness 7 and broke by the step-10 evaluation; every no-IS control runs at staleness <= 2, where
     # the two-window persistence still applies. Frozen before staleness-no-is seeds 16-25, no-IS controls 30-37 and
     # the exploratory no-IS runs at max staleness 4 were scored
-    # dip_below / dip_staleness (4 Dec 2026, twenty-first run): the lag-4 family (max staleness 4, the healthy lr)
-    # collapsed with the 5-step median ESS over 0.8 throughout on half its runs, while single steps fell to
-    # 0.02-0.22: one step under dip_below 0.25 at a 5-step median staleness of 3+ versions warns too. Chosen on the
-    # calibration split (lag-4 seeds 23-38, no-IS controls 38-45): detected 6 -> 9 of 12 collapses; quiet on the 8
-    # controls (staleness <= 2, where single dips to 0.04-0.3 are seen and do not foretell) and on 3 of the 4 lag-4
-    # runs without a drop in 40 steps, as before (the fourth, s34, warned under the old legs too). The bar sits
-    # between the lowest dip of a collapse it catches (s26: 0.219, one step before its fall) and s29's one dip
-    # (0.27 at step 31, no fall); any median staleness from 2.5 to 3.25 gave the same calls. dip_impact_steps:
-    # that leg's calibration leads (1-15, median 7). Frozen before the held-out seeds were trained
+    # Tried and rejected on held-out data (4 Dec 2026, twenty-first run, bench/results/early_warning_run21.md): a dip
+    # leg for the lag-4 family (one step's ESS under 0.25 at a 5-step median staleness of 3+). On the calibration
+    # runs it took the family from 6 to 9 of 12 collapses warned ahead, controls quiet; on 12 fresh lag-4 runs it
+    # added one detection (2 -> 3 of 9) and one false warning (1 -> 2 of the 3 without a drop). Single dips come
+    # before a fall and on runs that do not fall alike: not a precursor. Do not re-add it without new evidence
     _f("precursor-uncorrected-off-policy", "warning", "1m",
        thresholds={"window": 5, "ess_below": 0.8, "min_staleness": 1.0, "min_steps": 2, "fast_staleness": 4.0,
-                   "dip_below": 0.25, "dip_staleness": 3.0, "impact_steps_low": 3, "impact_steps_high": 19,
-                   "dip_impact_steps_low": 1, "dip_impact_steps_high": 15}),
+                   "impact_steps_low": 3, "impact_steps_high": 19}),
     # a level, not a drift, chosen on bench/early_warning.py's calibration runs (lr-too-high and lr-warmup seeds
     # 0-3, the 17 healthy calibration runs) and the 40 healthy doctor_calib runs of seeds 1100-1139 re-recorded with
     # policy_kl (the `tiny` model at lr 1e-3 / 3e-3 moves 0.01-0.3 nats/token per update without learning: KL alone

@@ -641,26 +641,20 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             "group size; lower the learning rate.",
             PromtoolCase((("rlobs_advantage_zero_std_groups_ratio", {}, "0.1x70 0.9x20"),
                           ("rlobs_reward_mean", {}, "0.2x90")), "90%", not_yet_min=70, firing_min=88)),
-        # a level, not a drift (like the doctor's rule): the ESS is already a ratio to "on-policy" (1.0). Two legs,
-        # as the doctor's: the median of the last window under ess_below, or (the lag-4 family) its lowest step
-        # under dip_below at a median staleness of dip_staleness+ (min across ranks, as the doctor's per-step min)
+        # a level, not a drift (like the doctor's rule): the ESS is already a ratio to "on-policy" (1.0)
         AlertRule(
             "precursor-uncorrected-off-policy", "warning",
-            running(f"((({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
-                    f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['min_staleness']:g})) or "
-                    f"(({agg('min', 'min_over_time(' + series('rlobs_effective_sample_size_ratio', ALERT) + '[' + recent + '])', GROUP)}"
-                    f" < {u['dip_below']:g}){on}"
-                    f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['dip_staleness']:g}))){on}"
+            running(f"({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
+                    f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['min_staleness']:g}){on}"
                     f"({_over_time('max_over_time', 'rlobs_importance_correction_cap', recent)}"
                     " == 0)"), f("precursor-uncorrected-off-policy"),
             "Early warning: stale samples trained on without importance correction, divergence ahead ({{ $labels.run }})",
-            "The effective sample size of the importance ratios in {{ $labels.component }} (run {{ $labels.run }}) "
-            "is {{ $value | humanizePercentage }} of the tokens: its median over the last " + recent +
-            f" under {u['ess_below']:.0%} at a median staleness of {u['min_staleness']:g}+ versions, or its lowest "
-            f"step under {u['dip_below']:.0%} at {u['dip_staleness']:g}+ versions; and the loss applies no importance "
-            "correction (cap 0): every update is biased towards the stale policies, the precursor of an off-policy "
-            f"divergence (held-out success fell {u['dip_impact_steps_low']:g}-{u['impact_steps_high']:g} steps later "
-            "in the early-warning bench). Turn truncated IS on; tighten max staleness.",
+            "The median effective sample size of the importance ratios in {{ $labels.component }} (run {{ $labels.run }}) "
+            "is {{ $value | humanizePercentage }} of the tokens over the last " + recent + f", under {u['ess_below']:.0%}, at a "
+            f"median staleness of {u['min_staleness']:g}+ versions, and the loss applies no importance correction "
+            "(cap 0): every update is biased towards the stale policies, the precursor of an off-policy divergence "
+            f"(held-out success fell {u['impact_steps_low']:g}-{u['impact_steps_high']:g} steps later in the early-warning "
+            "bench). Turn truncated IS on; tighten max staleness.",
             PromtoolCase((("rlobs_effective_sample_size_ratio", {}, "0.98x70 0.5x20"),
                           ("rlobs_staleness_mean_versions", {}, "2x90"),
                           ("rlobs_importance_correction_cap", {}, "0x90")), "50%", not_yet_min=70, firing_min=88)),

@@ -124,35 +124,6 @@ def test_uncorrected_off_policy_warns_on_the_real_stale_run_and_names_the_fix(tm
     assert any("tis-cap" in r or "importance sampling" in r for r in f.remediation)
 
 
-LAG4 = "staleness-no-is-lag4-s27"
-
-
-def test_the_lag4_collapse_warns_on_one_steps_dip_the_median_never_shows(tmp_path):
-    """The lag-4 family (max staleness 4, no correction, the healthy lr): this run's 5-step median ESS never went
-    under ``ess_below``, so the median leg is silent throughout; one step's batch fell to 2 % at staleness 3.9
-    (step 11), and held-out success fell at step 20. The dip leg warns at that step and states its own time to
-    impact. The no-IS control at max staleness 2 dips as low on one step (6 %) and stays quiet: the staleness gate."""
-    run, th = DATA["runs"][LAG4], FAILURES[UNCORRECTED].thresholds
-    w = int(th["window"])
-    ess = [(r["step"], r["ess"]) for r in run["steps"]]
-    stale = {r["step"]: r["staleness"] for r in run["steps"]}
-    assert all(statistics.median(v for _, v in ess[i - w + 1:i + 1]) >= th["ess_below"] for i in range(w - 1, len(ess)))
-
-    def gated(i: int) -> bool:
-        return statistics.median(stale[s] for s, _ in ess[max(0, i - w + 1):i + 1]) >= th["dip_staleness"]
-
-    dip = next(s for i, (s, v) in enumerate(ess) if v < th["dip_below"] and gated(i))
-    (f,) = diagnose(rlobs.open_run(_record(tmp_path, LAG4)), rule_ids=[UNCORRECTED]).findings
-    assert f.first_step == dip == 11 and dip < run["drop_step"]
-    assert "one step's effective sample size down to 2%" in f.title
-    assert f"within {th['dip_impact_steps_low']:g}-{th['dip_impact_steps_high']:g} steps" in f.title
-    (lvl,) = [e for e in f.evidence if e.metric == "staleness.ess_ratio"]
-    assert lvl.observed < th["dip_below"] == lvl.threshold and lvl.steps == (11, 11)
-    control = DATA["runs"][CONTROL]
-    assert min(r["ess"] for r in control["steps"]) < th["dip_below"]  # it dips too, at staleness under the gate
-    assert not diagnose(rlobs.open_run(_record(tmp_path, CONTROL)), rule_ids=[UNCORRECTED]).findings
-
-
 def test_the_same_ratios_with_correction_on_are_not_this_rules_business(tmp_path):
     """The condition that makes it a precursor is the missing correction: the same record with the loss capping
     the ratios at 2 (what truncation handles) is quiet, and one that does not say is insufficient data."""

@@ -24,9 +24,8 @@ level by ``learning_gain`` (and the zero-std rule while the reward is high: solv
 
 ``precursor-uncorrected-off-policy`` is a level rule, not a drift: stale samples whose importance ratios have
 lost a fifth of their effective sample size (median of the last ``window`` steps under ``ess_below``, at
-``min_steps`` steps running: a few low steps close together are a burst), or far behind one step whose ESS is
-under ``dip_below`` at a median staleness of ``dip_staleness``+ versions (the lag-4 family's collapses kept the
-median high), are trained on with no importance correction (``staleness.is_correction_cap`` 0, or the run config's ``tis_cap`` 0): the update
+``min_steps`` steps running: a few low steps close together are a burst) are trained on
+with no importance correction (``staleness.is_correction_cap`` 0, or the run config's ``tis_cap`` 0): the update
 is biased towards the policies that generated them, every step. With correction on, the same ESS is what the
 truncation handles (``precursor-importance-truncation`` watches it). ``precursor-oversized-updates`` is a level
 too: ``min_steps`` of the last ``window`` steps' ``train_step.policy_kl`` (how far each optimiser step moved the
@@ -329,10 +328,9 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
     """Early warning of an off-policy divergence: the importance ratios of the consumed samples (current policy
     over the one that generated them) have an effective sample size under ``ess_below`` of the tokens (median of
     the last ``window`` steps, at ``min_steps`` consecutive steps; one is enough once the samples are
-    ``fast_staleness`` versions old) at a mean staleness of at least ``min_staleness`` versions, or one step's
-    ESS under ``dip_below`` once the last ``window`` steps' median staleness is ``dip_staleness``+ (the dip leg),
-    and the loss applies no importance correction (cap 0): every step's update is biased towards stale policies.
-    Quiet when the correction is on or unknown. Thresholds: the failure table (rlobs.failures)."""
+    ``fast_staleness`` versions old) at a mean staleness of at least ``min_staleness`` versions, and the loss
+    applies no importance correction (cap 0): every step's update is biased towards stale policies. Quiet when the correction
+    is on or unknown. Thresholds: the failure table (rlobs.failures)."""
     ess = series(ctx, "ess")
     if not ess:
         return Insufficient("no staleness events with ess_ratio (importance-sampling statistics)")
@@ -344,51 +342,12 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
         return []
     w, persist = int(th["window"]), int(th.get("min_steps", 1))
     stale = dict(series(ctx, "staleness"))
-    median_leg = _uncorrected_median(ess, stale, w, persist, th)
-    dip_leg = _uncorrected_dip(ess, stale, w, th)
-    legs = [x for x in (median_leg, dip_leg) if x is not None]
-    if not legs:
-        return []
-    step, evidence, what, (low, high) = min(legs, key=lambda x: x[0])
-    return [Finding(
-        rule=UNCORRECTED, severity=Severity.WARNING,
-        title=(f"early warning: stale samples trained on without importance correction, {what} by step {step}; "
-               f"off-policy divergence expected within {low:g}-{high:g} steps"),
-        first_step=step, last_step=step,
-        evidence=[*evidence,
-                  Evidence("importance correction cap (tis_cap)", cap, None, None,
-                           "0: the loss uses the stale samples as if on-policy"),
-                  Evidence("expected time to impact", f"{low:g}-{high:g} steps", None, None,
-                           "held-out success fell this many steps after such a warning in bench/early_warning.py's "
-                           "staleness-without-IS runs")],
-        root_cause=("the generator runs ahead of the trainer (staleness) and the loss applies no importance "
-                    "correction, so the gradient follows the stale policies' samples; the bias grows with the "
-                    "gap between the policies (the falling ESS) and compounds step after step"),
-        confidence=0.7,
-        remediation=["turn truncated importance sampling on (trainer_ref: --tis-cap 2; verl: rollout "
-                     "correction / TIS; AReaL: decoupled PPO)",
-                     "tighten max_staleness (e.g. 1-2) or slow the generator down",
-                     "resume from a checkpoint before the warning; rlobs doctor RUN --rule staleness-over-bound"],
-    )]
-
-
-_Leg = tuple[int, list[Evidence], str, tuple[float, float]]
-
-
-def _window_staleness(stale: Mapping[int, float], steps: Sequence[int]) -> float:
-    st = [stale[s] for s in steps if s in stale]
-    return statistics.median(st) if st else 0.0
-
-
-def _uncorrected_median(ess: Series, stale: Mapping[int, float], w: int, persist: int,
-                        th: Mapping[str, float]) -> _Leg | None:
-    """The level leg: the ``w``-step median ESS under ``ess_below`` at ``persist`` steps running (one once the
-    window's median staleness is ``fast_staleness``+)."""
     run = 0
     for i in range(w - 1, len(ess)):
         last = ess[i - w + 1:i + 1]
         level = statistics.median(v for _, v in last)
-        mean_st = _window_staleness(stale, [s for s, _ in last])
+        st = [stale[s] for s, _ in last if s in stale]
+        mean_st = statistics.median(st) if st else 0.0
         run = 0 if level >= th["ess_below"] or mean_st < th["min_staleness"] else run + 1
         need = 1 if mean_st >= th.get("fast_staleness", math.inf) else persist  # far behind: no burst to wait out
         if run < need:
@@ -396,35 +355,32 @@ def _uncorrected_median(ess: Series, stale: Mapping[int, float], w: int, persist
         step = ess[i][0]
         first = next((s for s, v in ess[:i + 1] if v < th["ess_below"] and stale.get(s, 0.0) >= th["min_staleness"]),
                      step)
-        ev = [Evidence("staleness.ess_ratio", round(level, 4), th["ess_below"], (first, step),
-                       f"median of the last {w} steps ({run} steps running); 1.0 = on-policy, the rest of the batch's "
-                       "weight is carried by a few tokens the stale policy sampled unlike the current one"),
-              Evidence("staleness.mean_staleness", round(mean_st, 3), th["min_staleness"], (first, step),
-                       "median over the same steps (policy versions between generation and training)")]
-        return (step, ev, f"their effective sample size down to {level:.0%} of the tokens (staleness {mean_st:.1f})",
-                (th["impact_steps_low"], th["impact_steps_high"]))
-    return None
-
-
-def _uncorrected_dip(ess: Series, stale: Mapping[int, float], w: int, th: Mapping[str, float]) -> _Leg | None:
-    """The dip leg (the lag-4 family, whose collapses kept the median high): one step whose ESS is under
-    ``dip_below`` while the last ``w`` steps' median staleness is ``dip_staleness``+ versions."""
-    if "dip_below" not in th:
-        return None
-    for i, (step, v) in enumerate(ess):
-        if v >= th["dip_below"]:
-            continue
-        mean_st = _window_staleness(stale, [s for s, _ in ess[max(0, i - w + 1):i + 1]])
-        if mean_st < th["dip_staleness"]:
-            continue
-        ev = [Evidence("staleness.ess_ratio", round(v, 4), th["dip_below"], (step, step),
-                       "one step's batch: a few tokens the stale policy sampled, and the current one would not, carry "
-                       "nearly all of its importance weight; at this lag such steps came before the collapse"),
-              Evidence("staleness.mean_staleness", round(mean_st, 3), th["dip_staleness"], (step, step),
-                       f"median over the last {w} steps (policy versions between generation and training)")]
-        return (step, ev, f"one step's effective sample size down to {v:.0%} of the tokens at staleness "
-                f"{mean_st:.1f}", (th["dip_impact_steps_low"], th["dip_impact_steps_high"]))
-    return None
+        return [Finding(
+            rule=UNCORRECTED, severity=Severity.WARNING,
+            title=(f"early warning: stale samples trained on without importance correction, their effective sample "
+                   f"size down to {level:.0%} of the tokens by step {step} (staleness {mean_st:.1f}); off-policy "
+                   f"divergence expected within {th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"),
+            first_step=step, last_step=step,
+            evidence=[Evidence("staleness.ess_ratio", round(level, 4), th["ess_below"], (first, step),
+                               f"median of the last {w} steps ({run} steps running); 1.0 = on-policy, the rest of the batch's weight is "
+                               "carried by a few tokens the stale policy sampled unlike the current one"),
+                      Evidence("staleness.mean_staleness", round(mean_st, 3), th["min_staleness"], (first, step),
+                               "median over the same steps (policy versions between generation and training)"),
+                      Evidence("importance correction cap (tis_cap)", cap, None, None,
+                               "0: the loss uses the stale samples as if on-policy"),
+                      Evidence("expected time to impact", f"{th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps",
+                               None, None, "held-out success fell this many steps after the warning in "
+                               "bench/early_warning.py's staleness-without-IS runs")],
+            root_cause=("the generator runs ahead of the trainer (staleness) and the loss applies no importance "
+                        "correction, so the gradient follows the stale policies' samples; the bias grows with the "
+                        "gap between the policies (the falling ESS) and compounds step after step"),
+            confidence=0.7,
+            remediation=["turn truncated importance sampling on (trainer_ref: --tis-cap 2; verl: rollout "
+                         "correction / TIS; AReaL: decoupled PPO)",
+                         "tighten max_staleness (e.g. 1-2) or slow the generator down",
+                         "resume from a checkpoint before the warning; rlobs doctor RUN --rule staleness-over-bound"],
+        )]
+    return []
 
 
 OVERSIZED = "precursor-oversized-updates"
