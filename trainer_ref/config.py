@@ -43,6 +43,7 @@ class Config:
     lr_peak: float = field(default=0.0, metadata={"help": "linear warm-up: the learning rate rises from lr at step 0 to this at lr_warmup_steps and stays (0: constant lr)"})
     lr_warmup_steps: int = field(default=0, metadata={"help": "steps of the linear warm-up to lr_peak"})
     clip_eps: float = field(default=0.2, metadata={"help": "PPO ratio clip epsilon"})
+    ppo_epochs: int = field(default=1, metadata={"help": "optimiser updates per step over the same batch (verl's ppo_epochs): the proximal log-probs are the step's first pass, so the ratio clip acts from the second update on; the policy version still advances once per step"})
     adv_eps: float = field(default=1e-4, metadata={"help": "epsilon in (r - mean) / (std + eps)"})
     kl_coef: float = field(default=0.0, metadata={"help": "KL-to-reference coefficient (0: no reference model)"})
     tis_cap: float = field(default=2.0, metadata={"help": "truncated importance-sampling cap C (0: off)"})
@@ -92,6 +93,8 @@ class Config:
             self.lr = TINY_LR if default_task(self.model) == "arith" else REAL_LR
         if self.dp < 1:
             raise ValueError("dp must be >= 1")
+        if self.ppo_epochs < 1:
+            raise ValueError("ppo_epochs must be >= 1 (optimiser updates per step)")
         if self.fault:
             from trainer_ref import faults
 

@@ -37,6 +37,7 @@ class _Backward:
         self.gen_lp: list[torch.Tensor] = []  # per sample, completion tokens (parity, importance stats)
         self.train_lp: list[torch.Tensor] = []
         self.rescore: _Rescore | None = None
+        self.replay: list[tuple[Any, ...]] = []  # ppo_epochs > 1: each micro-batch's inputs, for the later updates
 
     def add(self, parts: Any) -> None:
         a = self.acc
@@ -172,6 +173,7 @@ class Trainer:
         self._set_lr(step)
         if math.isfinite(grad_norm):
             self.opt.step()
+            self._later_epochs(b, token_den)
         self.opt.zero_grad(set_to_none=True)
         self.version += 1
         self._opt_ns = time.time_ns()
@@ -183,12 +185,32 @@ class Trainer:
             telemetry.on_phase("training", out["step_seconds"], int(sum(len(x["completion_ids"]) for x in samples)))
         return out
 
+    def _later_epochs(self, b: "_Backward", token_den: float) -> None:
+        """``ppo_epochs`` > 1: the step's further updates over the same batch, each a forward and backward against
+        the first pass's log-probs as the proximal policy (so the ratio clip acts), gradients all-reduced and
+        clipped as the first update's. The step reports its first pass (what the probes compare with the
+        generator); ``policy_kl`` spans all its updates. A non-finite gradient ends the step's updates."""
+        for _ in range(int(self.cfg.get("ppo_epochs", 1) or 1) - 1):
+            self.opt.zero_grad(set_to_none=True)
+            for ids, attn, mask, first, old, gen, ref, adv in b.replay:
+                logp, _ = grpo.token_logprobs(self.model, ids, self.pad_id, attention_mask=attn, first=first)
+                grpo.grpo_loss(logp, old, gen, adv, mask, token_den, clip_eps=float(self.cfg["clip_eps"]),
+                               tis_cap=float(self.cfg["tis_cap"]), ref_logp=ref,
+                               kl_coef=float(self.cfg.get("kl_coef", 0))).loss.backward()
+            if self.world > 1:
+                dp.all_reduce_grads(self.model)
+            if not math.isfinite(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
+                                                                       float(self.cfg["max_grad_norm"])))):
+                return
+            self.opt.step()
+
     def _policy_kl(self, b: "_Backward") -> float | None:
         """How far this step's update moved the policy: KL(before || after) per token on up to
         ``policy_change_samples`` samples of the first micro-batch (spread over its groups), re-scored with the
         updated weights (``grpo.policy_kl``).
         The step size an lr gives is model-dependent; this is the same quantity on every model (PPO's
-        ``approx_kl`` with one update per batch). None when off or not measured."""
+        ``approx_kl`` with one update per batch; with ``ppo_epochs`` > 1 it spans the step's updates). None when off
+        or not measured."""
         if b.rescore is None:
             return None
         ids, attn, mask, before, gen = b.rescore
@@ -240,6 +262,8 @@ class Trainer:
                                    kl_coef=float(self.cfg.get("kl_coef", 0)), entropy=ent)
             faults.scale_loss(self.fault, step, parts.loss).backward()
             b.add(parts)
+            if int(self.cfg.get("ppo_epochs", 1) or 1) > 1:
+                b.replay.append((ids, attn, mask, first, old, gen, ref, adv))
             keep = int(self.cfg.get("policy_change_samples", 0) or 0)
             if probing and keep > 0 and b.rescore is None:  # spread over the micro-batch's groups
                 pick = slice(0, None, max(1, ids.shape[0] // keep))
