@@ -263,7 +263,7 @@ VARIANT_CALIBRATION: dict[str, tuple[int, ...]] = {"healthy-kl": (0, 1, 2, 3), "
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
     keys = ("mode", "lr", "lr_peak", "lr_warmup_steps", "temperature", "kl_coef", "tis_cap", "max_staleness", "grader",
-            "chain_prob", "eval_chain_prob", "steps", "seed")
+            "chain_prob", "eval_chain_prob", "ppo_epochs", "steps", "seed")
     return [x for k in keys if k in cfg for x in (f"--{k.replace('_', '-')}", str(cfg[k]))]
 
 
