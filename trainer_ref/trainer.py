@@ -84,6 +84,7 @@ class Trainer:
         self._norms: deque[float] = deque(maxlen=10)  # recent pre-clip grad norms (the grad_spike fault's yardstick)
         self._opt_ns: int | None = None  # wall time of the optimiser step that produced self.version
         self.micro = 32
+        self.epochs = int(cfg.get("ppo_epochs", 1) or 1)  # optimiser updates per step over its batch
 
     def ready(self) -> bool:
         return True
@@ -190,19 +191,24 @@ class Trainer:
         the first pass's log-probs as the proximal policy (so the ratio clip acts), gradients all-reduced and
         clipped as the first update's. The step reports its first pass (what the probes compare with the
         generator); ``policy_kl`` spans all its updates. A non-finite gradient ends the step's updates."""
-        for _ in range(int(self.cfg.get("ppo_epochs", 1) or 1) - 1):
+        for _ in range(self.epochs - 1):
             self.opt.zero_grad(set_to_none=True)
             for ids, attn, mask, first, old, gen, ref, adv in b.replay:
                 logp, _ = grpo.token_logprobs(self.model, ids, self.pad_id, attention_mask=attn, first=first)
-                grpo.grpo_loss(logp, old, gen, adv, mask, token_den, clip_eps=float(self.cfg["clip_eps"]),
-                               tis_cap=float(self.cfg["tis_cap"]), ref_logp=ref,
-                               kl_coef=float(self.cfg.get("kl_coef", 0))).loss.backward()
+                self._loss(logp, old, gen, adv, mask, token_den, ref).loss.backward()
             if self.world > 1:
                 dp.all_reduce_grads(self.model)
             if not math.isfinite(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
                                                                        float(self.cfg["max_grad_norm"])))):
                 return
             self.opt.step()
+
+    def _loss(self, logp: torch.Tensor, old: torch.Tensor, gen: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
+              token_den: float, ref: torch.Tensor | None, entropy: torch.Tensor | None = None) -> Any:
+        """``grpo.grpo_loss`` with this run's clip, importance-correction cap and KL coefficient."""
+        return grpo.grpo_loss(logp, old, gen, adv, mask, token_den, clip_eps=float(self.cfg["clip_eps"]),
+                              tis_cap=float(self.cfg["tis_cap"]), ref_logp=ref,
+                              kl_coef=float(self.cfg.get("kl_coef", 0)), entropy=entropy)
 
     def _policy_kl(self, b: "_Backward") -> float | None:
         """How far this step's update moved the policy: KL(before || after) per token on up to
@@ -257,12 +263,10 @@ class Trainer:
                 with torch.no_grad():
                     ref, _ = grpo.token_logprobs(self.ref, ids, self.pad_id, attention_mask=attn, first=first)
             adv = torch.tensor(adv_flat[sl], dtype=torch.float32, device=self.device)
-            parts = grpo.grpo_loss(logp, old, gen, adv, mask, token_den, clip_eps=float(self.cfg["clip_eps"]),
-                                   tis_cap=float(self.cfg["tis_cap"]), ref_logp=ref,
-                                   kl_coef=float(self.cfg.get("kl_coef", 0)), entropy=ent)
+            parts = self._loss(logp, old, gen, adv, mask, token_den, ref, entropy=ent)
             faults.scale_loss(self.fault, step, parts.loss).backward()
             b.add(parts)
-            if int(self.cfg.get("ppo_epochs", 1) or 1) > 1:
+            if self.epochs > 1:
                 b.replay.append((ids, attn, mask, first, old, gen, ref, adv))
             keep = int(self.cfg.get("policy_change_samples", 0) or 0)
             if probing and keep > 0 and b.rescore is None:  # spread over the micro-batch's groups
