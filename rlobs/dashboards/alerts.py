@@ -644,22 +644,17 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
         # a level, not a drift (like the doctor's rule): the ESS is already a ratio to "on-policy" (1.0)
         AlertRule(
             "precursor-uncorrected-off-policy", "warning",
-            # the ESS leg, or the staleness leg (the lag alone, whatever the ESS); its value: the ESS ratio
-            running(f"(({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
-                    f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['min_staleness']:g})"
-                    f" or ({_median_now('rlobs_effective_sample_size_ratio', recent)}{on}"
-                    f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['lag_at_least']:g}))){on}"
+            running(f"({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
+                    f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['min_staleness']:g}){on}"
                     f"({_over_time('max_over_time', 'rlobs_importance_correction_cap', recent)}"
                     " == 0)"), f("precursor-uncorrected-off-policy"),
             "Early warning: stale samples trained on without importance correction, divergence ahead ({{ $labels.run }})",
             "The median effective sample size of the importance ratios in {{ $labels.component }} (run {{ $labels.run }}) "
-            "is {{ $value | humanizePercentage }} of the tokens over the last " + recent + f", under {u['ess_below']:.0%} at a "
-            f"median staleness of {u['min_staleness']:g}+ versions, or the median staleness is {u['lag_at_least']:g}+ "
-            "versions whatever the ESS, and the loss applies no importance correction "
+            "is {{ $value | humanizePercentage }} of the tokens over the last " + recent + f", under {u['ess_below']:.0%}, at a "
+            f"median staleness of {u['min_staleness']:g}+ versions, and the loss applies no importance correction "
             "(cap 0): every update is biased towards the stale policies, the precursor of an off-policy divergence "
             f"(held-out success fell {u['impact_steps_low']:g}-{u['impact_steps_high']:g} steps later in the early-warning "
-            f"bench, {u['lag_impact_steps_low']:g}-{u['lag_impact_steps_high']:g} after the staleness leg). Turn "
-            "truncated IS on; tighten max staleness.",
+            "bench). Turn truncated IS on; tighten max staleness.",
             PromtoolCase((("rlobs_effective_sample_size_ratio", {}, "0.98x70 0.5x20"),
                           ("rlobs_staleness_mean_versions", {}, "2x90"),
                           ("rlobs_importance_correction_cap", {}, "0x90")), "50%", not_yet_min=70, firing_min=88)),

@@ -329,11 +329,8 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
     over the one that generated them) have an effective sample size under ``ess_below`` of the tokens (median of
     the last ``window`` steps, at ``min_steps`` consecutive steps; one is enough once the samples are
     ``fast_staleness`` versions old) at a mean staleness of at least ``min_staleness`` versions, and the loss
-    applies no importance correction (cap 0): every step's update is biased towards stale policies. Its staleness
-    leg warns on the lag alone: no correction at a median staleness (the same ``window``) of ``lag_at_least``
-    versions, ``lag_min_steps`` steps running, whatever the ESS (on tiny-packed that lag failed nearly every run
-    while its ESS median stayed over 0.8). Quiet when the correction is on or unknown. Thresholds: the failure table
-    (rlobs.failures)."""
+    applies no importance correction (cap 0): every step's update is biased towards stale policies. Quiet when the correction
+    is on or unknown. Thresholds: the failure table (rlobs.failures)."""
     ess = series(ctx, "ess")
     if not ess:
         return Insufficient("no staleness events with ess_ratio (importance-sampling statistics)")
@@ -345,51 +342,35 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
         return []
     w, persist = int(th["window"]), int(th.get("min_steps", 1))
     stale = dict(series(ctx, "staleness"))
-    lag_at, lag_need = th.get("lag_at_least", math.inf), int(th.get("lag_min_steps", 1))
-    run = lag_run = 0
+    run = 0
     for i in range(w - 1, len(ess)):
         last = ess[i - w + 1:i + 1]
         level = statistics.median(v for _, v in last)
         st = [stale[s] for s, _ in last if s in stale]
         mean_st = statistics.median(st) if st else 0.0
         run = 0 if level >= th["ess_below"] or mean_st < th["min_staleness"] else run + 1
-        lag_run = lag_run + 1 if mean_st >= lag_at else 0
         need = 1 if mean_st >= th.get("fast_staleness", math.inf) else persist  # far behind: no burst to wait out
-        by_ess = run >= need
-        if not by_ess and lag_run < lag_need:
+        if run < need:
             continue
         step = ess[i][0]
-        if by_ess:
-            first = next((s for s, v in ess[:i + 1] if v < th["ess_below"]
-                          and stale.get(s, 0.0) >= th["min_staleness"]), step)
-            lo, hi = th["impact_steps_low"], th["impact_steps_high"]
-            what = (f"their effective sample size down to {level:.0%} of the tokens by step {step} (staleness "
-                    f"{mean_st:.1f})")
-            measured = "bench/early_warning.py's staleness-without-IS runs (max staleness 8)"
-        else:
-            first = ess[i - lag_run + 1][0] if lag_run <= i + 1 else step
-            lo, hi = th["lag_impact_steps_low"], th["lag_impact_steps_high"]
-            what = (f"{mean_st:.1f} versions stale (median of {w} steps, {lag_run} steps running) by step {step}, "
-                    f"effective sample size {level:.0%}")
-            measured = ("bench/early_warning.py's runs without IS at max staleness 4 and 8 (at 4, most fell within "
-                        "40 steps and the rest did not learn; at max staleness 2 the same setup learned)")
-        evidence = [Evidence("staleness.ess_ratio", round(level, 4), th["ess_below"], (first, step),
-                             f"median of the last {w} steps ({run} steps running); 1.0 = on-policy, the rest of the "
-                             "batch's weight is carried by a few tokens the stale policy sampled unlike the current one"),
-                    Evidence("staleness.mean_staleness", round(mean_st, 3),
-                             th["min_staleness"] if by_ess else lag_at, (first, step),
-                             "median over the same steps (policy versions between generation and training)"
-                             + ("" if by_ess else f"; {lag_run} steps at {lag_at:g}+ running: the lag alone warns")),
-                    Evidence("importance correction cap (tis_cap)", cap, None, None,
-                             "0: the loss uses the stale samples as if on-policy"),
-                    Evidence("expected time to impact", f"{lo:g}-{hi:g} steps", None, None,
-                             f"held-out success fell this many steps after the warning in {measured}")]
+        first = next((s for s, v in ess[:i + 1] if v < th["ess_below"] and stale.get(s, 0.0) >= th["min_staleness"]),
+                     step)
         return [Finding(
             rule=UNCORRECTED, severity=Severity.WARNING,
-            title=(f"early warning: stale samples trained on without importance correction, {what}; off-policy "
-                   f"divergence expected within {lo:g}-{hi:g} steps"),
+            title=(f"early warning: stale samples trained on without importance correction, their effective sample "
+                   f"size down to {level:.0%} of the tokens by step {step} (staleness {mean_st:.1f}); off-policy "
+                   f"divergence expected within {th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"),
             first_step=step, last_step=step,
-            evidence=evidence,
+            evidence=[Evidence("staleness.ess_ratio", round(level, 4), th["ess_below"], (first, step),
+                               f"median of the last {w} steps ({run} steps running); 1.0 = on-policy, the rest of the batch's weight is "
+                               "carried by a few tokens the stale policy sampled unlike the current one"),
+                      Evidence("staleness.mean_staleness", round(mean_st, 3), th["min_staleness"], (first, step),
+                               "median over the same steps (policy versions between generation and training)"),
+                      Evidence("importance correction cap (tis_cap)", cap, None, None,
+                               "0: the loss uses the stale samples as if on-policy"),
+                      Evidence("expected time to impact", f"{th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps",
+                               None, None, "held-out success fell this many steps after the warning in "
+                               "bench/early_warning.py's staleness-without-IS runs")],
             root_cause=("the generator runs ahead of the trainer (staleness) and the loss applies no importance "
                         "correction, so the gradient follows the stale policies' samples; the bias grows with the "
                         "gap between the policies (the falling ESS) and compounds step after step"),
