@@ -184,6 +184,33 @@ def test_far_behind_one_window_of_low_ess_is_enough(tmp_path):
     assert not diagnose(rlobs.open_run(near), rule_ids=[UNCORRECTED]).findings
 
 
+def test_the_lag_without_correction_is_an_info_finding_not_a_warning(tmp_path):
+    """staleness-uncorrected: the setup's risk (twenty-second run: as a warning the same condition caught every
+    fall and every run that learned), at info. The real staleness-8 run gets it as soon as a 5-step median reaches 3
+    versions two steps running; the real no-IS control at max staleness 2 cannot; a median a hair under the bar,
+    the correction on, or a record that does not say, stays quiet (the last as insufficient data)."""
+    th = FAILURES["staleness-uncorrected"].thresholds
+    (f,) = diagnose(rlobs.open_run(_record(tmp_path / "s", STALE)), rule_ids=["staleness-uncorrected"]).findings
+    assert f.severity.name == "INFO" and "without importance correction" in f.title
+    stale = [r["staleness"] for r in DATA["runs"][STALE]["steps"]]
+    w, k = int(th["window"]), int(th["min_steps"])
+    i = next(i for i in range(w - 1 + k - 1, len(stale))
+             if all(statistics.median(stale[j - w + 1:j + 1]) >= th["min_versions"] for j in range(i - k + 1, i + 1)))
+    assert f.first_step == DATA["runs"][STALE]["steps"][i]["step"]
+    assert not diagnose(rlobs.open_run(_record(tmp_path / "c", CONTROL)), rule_ids=["staleness-uncorrected"]).findings
+    ess = [0.99] * 20
+    at = diagnose(rlobs.open_run(_with_ess(tmp_path / "at", ess, staleness=th["min_versions"])),
+                  rule_ids=["staleness-uncorrected"]).findings
+    assert [g.first_step for g in at] == [DATA["runs"][CONTROL]["steps"][w - 1 + k - 1]["step"]]
+    under = _with_ess(tmp_path / "under", ess, staleness=th["min_versions"] - 0.1)
+    assert not diagnose(rlobs.open_run(under), rule_ids=["staleness-uncorrected"]).findings
+    on = diagnose(rlobs.open_run(_record(tmp_path / "on", STALE, correction_cap=2.0)), rule_ids=["staleness-uncorrected"])
+    assert not on.findings and "staleness-uncorrected" not in on.insufficient
+    unknown = diagnose(rlobs.open_run(_record(tmp_path / "u", STALE, correction_cap=None)),
+                       rule_ids=["staleness-uncorrected"])
+    assert not unknown.findings and "correct" in unknown.insufficient["staleness-uncorrected"]
+
+
 # ---------- oversized policy updates (learning rate too high) ----------
 LR_RUN = next((n for n, r in DATA["runs"].items() if OVERSIZED in r["expect"]), None)
 
