@@ -65,11 +65,14 @@ CLASSES: dict[str, tuple[str, list[str]]] = {
     "low-temperature": ("sampling at temperature 0.3 (both sides), lr 7e-4, 60 steps: the issue's low-temperature "
                         "entropy class; on seed 0 held-out success peaked by step 5, then its groups turned "
                         "zero-std and it slid (README)", [*SYNC, "--temperature", "0.3", "--lr", "7e-4"]),
+    "ppo-epochs-8": ("8 optimiser updates per step over the same batch (--ppo-epochs 8) at the healthy lr 3e-4, 60 "
+                     "steps: in the twenty-first run's exploratory seed 0 it rose to 0.80 held out and slid to 0.6",
+                     [*SYNC, "--lr", "3e-4", "--ppo-epochs", "8"]),
 }
-CLASS_STEPS = {"low-temperature": 60}  # classes whose runs are longer than --steps
+CLASS_STEPS = {"low-temperature": 60, "ppo-epochs-8": 60}  # classes whose runs are longer than --steps
 # classes whose setting collapses on some seeds and learns on others: a run of theirs that does not collapse is
 # scored as a healthy run (a warning on it counts against the rules)
-MIXED = ("staleness-no-is-lag4", "reward-hacking-control", "low-temperature")
+MIXED = ("staleness-no-is-lag4", "reward-hacking-control", "low-temperature", "ppo-epochs-8")
 # 2 Dec 2026, eighth run: reward hacking. The verbose grader at lr 1e-3 (and the chain-heavy mix the loophole needs)
 # collapsed held-out success with the honest grader too (seed 0: 0.52 -> 0.28 by step 15); at lr 3e-4 / 5e-4 the
 # loophole was learned (training reward +0.6) without costing held-out success in 60-80 steps. At lr 7e-4 seed 0 the
@@ -225,6 +228,7 @@ HEALTHY_ASYNC_SEEDS = {"calibration": (0, 1, 2), "heldout": tuple(range(3, 16))}
 # here: low-temperature 4-11, healthy-t03 2-7, 60 steps; trained after any change a calibration look leads to is
 # committed, and scored once
 CLASS_SEEDS["low-temperature"] = ((0, 1, 2, 3), tuple(range(4, 12)))
+CLASS_SEEDS["ppo-epochs-8"] = ((0, 1, 2, 3), tuple(range(4, 10)))  # twenty-third run (below)
 # Twenty-second run (5 Dec 2026, registered before any of its runs was trained): the lag-4 family once more. Its runs
 # without a drop did not learn either: of the seven in the twentieth and twenty-first runs, six ended 40 steps at or
 # under their step-0 held-out success (0.15-0.23, against 0.48-0.71 for healthy separate_async), one (s34) rose
@@ -265,6 +269,8 @@ HEALTHY_VARIANTS: dict[str, tuple[str, list[str], tuple[int, ...], int | None]] 
                     (0, 1, 2, 3), None),
     "healthy-t03": ("healthy sync, lr 3e-4, temperature 0.3 (the low-temperature class's control)",
                     [*SYNC, "--lr", "3e-4", "--temperature", "0.3"], tuple(range(8)), 60),
+    "healthy-ppo4": ("healthy sync, lr 3e-4, 4 optimiser updates per step (--ppo-epochs 4), 60 steps",
+                     [*SYNC, "--lr", "3e-4", "--ppo-epochs", "4"], tuple(range(12)), 60),
     "healthy-g16x4": ("healthy sync, lr 3e-4, 16 groups x 4", [*SYNC, "--lr", "3e-4", "--groups-per-step", "16",
                                                              "--group-size", "4"], (0, 1, 2, 3), None),
 }
@@ -273,7 +279,20 @@ HEALTHY_VARIANTS: dict[str, tuple[str, list[str], tuple[int, ...], int | None]] 
 # from now on; frozen before healthy-kl seeds 4-9 and kl-blow-up seeds 14-19 were trained (40 steps, their number
 # fixed in advance). Scored once: every KL warning on the six healthy runs counts against the bar, and the blow-ups
 # are scored as a class (warned before the drop). Other rules unchanged since 4e71bea
-VARIANT_CALIBRATION: dict[str, tuple[int, ...]] = {"healthy-kl": (0, 1, 2, 3), "healthy-t03": (0, 1)}
+VARIANT_CALIBRATION: dict[str, tuple[int, ...]] = {"healthy-kl": (0, 1, 2, 3), "healthy-t03": (0, 1),
+                                                   "healthy-ppo4": (0, 1, 2, 3)}
+# Twenty-third run (5 Dec 2026, registered before any of its runs was trained): several optimiser updates per step.
+# verl and its peers commonly take several updates per step (ppo_epochs, or mini-batches smaller than the batch);
+# trainer_ref's --ppo-epochs does the same. precursor-oversized-updates' bars are per optimiser update, chosen on
+# one-update runs, but train_step.policy_kl spans the step's updates: with 4 updates at the healthy lr (twenty-first
+# run's exploratory seed 0, continued to 150 steps today, held-out 0.72-0.87 from step 15 to 150) its guarded leg
+# warned at step 7 (step KL ~0.02, one-update healthy runs ~0.001). Calibration, trained first and looked at:
+# healthy-ppo4 seeds 0-3 and ppo-epochs-8 seeds 0-3 (60 steps); a change that makes the rule judge the size of one
+# update (the step's KL per update, or the first update's KL) is chosen on them and the records at hand, then frozen
+# (committed) before the held-out runs are trained: healthy-ppo4 seeds 4-11 and ppo-epochs-8 seeds 4-9 (MIXED: a run
+# without a drop is scored as healthy), 60 steps, their number fixed here, scored once. Every warning on a
+# healthy-ppo4 run counts against the bar. Stated before training: if no change keeps the calibration healthy-ppo4
+# runs quiet without costing a one-update class a detection on the records at hand, none is made
 
 
 def _flags(run_dir: Path) -> list[str]:
