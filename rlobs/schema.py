@@ -124,8 +124,8 @@ _KIND_LIST: tuple[Kind, ...] = (
         F("reward_std", "float64", "std of rewards in the batch"),
         F("kl", "float64", "KL to reference (if used)"),
         F("entropy", "float64", "mean token entropy"),
-        F("policy_kl", "float64", "KL(policy before || after this step's update) per token, on the step's re-scored "
-                                  "samples (importance-weighted when stale)"),
+        F("policy_kl", "float64", "KL(policy before || after one optimiser update: the step's first when it takes "
+                                  "several) per token, on the step's re-scored samples (importance-weighted when stale)"),
         F("detail", "string", "JSON: per-parameter-group norms and ids of samples/groups at a spike"),
     )),
     Kind("advantage", "advantage-denominator health of one step (per rank)", (

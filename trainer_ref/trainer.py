@@ -172,14 +172,20 @@ class Trainer:
         if probing:
             self._observe(step, groups, samples, rewards, advs, token_den, b)
         self._set_lr(step)
+        policy_kl = None
         if math.isfinite(grad_norm):
             self.opt.step()
+            # one optimiser update's size, measured before the later ppo_epochs updates (whose ratio clip bounds
+            # them): the quantity the oversized-updates bars are set in, whatever the number of updates per step
+            policy_kl = self._policy_kl(b) if lead else None
             self._later_epochs(b, token_den)
+        elif lead:
+            policy_kl = self._policy_kl(b)  # no update: ~0, what the rules read as "no gradient"
         self.opt.zero_grad(set_to_none=True)
         self.version += 1
         self._opt_ns = time.time_ns()
         out = self._step_out(step, b, grad_norm, gres, (r_sum, r_sq, n_all), token_den, t0, data_wait_s, reward_wait_s)
-        out["policy_kl"] = self._policy_kl(b) if lead else None
+        out["policy_kl"] = policy_kl
         if probing and lead:
             self._emit(step, out, gres)
         elif probing:
@@ -190,7 +196,7 @@ class Trainer:
         """``ppo_epochs`` > 1: the step's further updates over the same batch, each a forward and backward against
         the first pass's log-probs as the proximal policy (so the ratio clip acts), gradients all-reduced and
         clipped as the first update's. The step reports its first pass (what the probes compare with the
-        generator); ``policy_kl`` spans all its updates. A non-finite gradient ends the step's updates."""
+        generator) and its first update's ``policy_kl``. A non-finite gradient ends the step's updates."""
         for _ in range(self.epochs - 1):
             self.opt.zero_grad(set_to_none=True)
             for ids, attn, mask, first, old, gen, ref, adv in b.replay:
@@ -215,7 +221,8 @@ class Trainer:
         ``policy_change_samples`` samples of the first micro-batch (spread over its groups), re-scored with the
         updated weights (``grpo.policy_kl``).
         The step size an lr gives is model-dependent; this is the same quantity on every model (PPO's
-        ``approx_kl`` with one update per batch; with ``ppo_epochs`` > 1 it spans the step's updates). None when off
+        ``approx_kl`` with one update per batch; with ``ppo_epochs`` > 1, the first update's: one update's size, as
+        the precursor bars are set, not the step's n updates together, ~n^2 larger at the same lr). None when off
         or not measured."""
         if b.rescore is None:
             return None

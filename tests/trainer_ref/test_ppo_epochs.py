@@ -1,7 +1,8 @@
 """``ppo_epochs``: several optimiser updates per step over the same batch (verl's ppo_epochs), on the real trainer
 (CPU, the tiny model, real prompts with random completions): the later updates take the step's first-pass
 log-probs as the proximal policy, so the ratio clip acts from the second update on; the step still reports its
-first pass and advances the policy version by one; and it moves the policy further than one update does."""
+first pass and advances the policy version by one, and its policy_kl is one update's; and it moves the policy
+further than one update does."""
 
 from __future__ import annotations
 
@@ -57,6 +58,10 @@ def test_later_updates_use_the_first_pass_as_proximal_policy_and_move_the_policy
     assert one.version == three.version == 1
     for k in ("loss", "grad_norm", "entropy", "mean_abs_dlogp", "ess_ratio"):
         assert o3[k] == pytest.approx(o1[k], rel=1e-5), k
+    # policy_kl is one update's size (the first, measured before the later updates), as the oversized-updates bars
+    # are set: the same as the one-update trainer's step, not the three updates' together
+    assert o1["policy_kl"] is not None and o1["policy_kl"] > 0
+    assert o3["policy_kl"] == pytest.approx(o1["policy_kl"], rel=1e-4)
     # and the three updates moved the policy further than one
     d1 = sum(float((v - start[k]).norm()) for k, v in one.model.state_dict().items())
     d3 = sum(float((v - start[k]).norm()) for k, v in three.model.state_dict().items())
