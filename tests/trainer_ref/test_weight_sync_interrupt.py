@@ -22,13 +22,16 @@ def _sync_meta(actors):
     return ray.get(actors["trainer"].sync_out.remote())
 
 
-def _wait_running(gen, timeout=60.0):
+def _wait_running(gen, tokens_before: int, timeout=60.0):
+    """Until the submitted requests run and have produced tokens. The engine's token count is cumulative over the
+    session's tests, so it must rise past its value before the submission: an abort that lands before the first
+    token of the new requests leaves nothing to discard (the abort leg's aborted_tokens would be 0)."""
     import ray
 
     t = time.time()
     while time.time() - t < timeout:
         st = ray.get(gen.stats.remote())
-        if st["running"] > 0 and st["tokens"] > 0:
+        if st["running"] > 0 and st["tokens"] > tokens_before:
             return st
         time.sleep(0.02)
     raise AssertionError("generation never started")
@@ -41,11 +44,12 @@ def test_interrupt_on_weight_update(stack, interrupt):
     actors, model_dir, _ = stack
     gen = actors["generator"]
     ray.get(actors["trainer"].reset.remote(model_dir))
-    base = ray.get(gen.stats.remote())["version"]
+    before = ray.get(gen.stats.remote())
+    base = before["version"]
     meta = _sync_meta(actors)
     groups = _long_groups(f"int-{interrupt}-")
     ray.get(gen.submit.remote(groups))
-    _wait_running(gen)
+    _wait_running(gen, before["tokens"])
     rep = ray.get(gen.update_weights.remote(meta["ref"], base + 1, meta["fingerprints"], meta["shapes"], interrupt))
     assert rep["aborted"] > 0 and rep["mismatched"] == [] and rep["reset_confirmed"] is True
     done = []
