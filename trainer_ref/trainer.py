@@ -172,15 +172,14 @@ class Trainer:
         if probing:
             self._observe(step, groups, samples, rewards, advs, token_den, b)
         self._set_lr(step)
-        policy_kl = None
-        if math.isfinite(grad_norm):
+        stepped = math.isfinite(grad_norm)
+        if stepped:
             self.opt.step()
-            # one optimiser update's size, measured before the later ppo_epochs updates (whose ratio clip bounds
-            # them): the quantity the oversized-updates bars are set in, whatever the number of updates per step
-            policy_kl = self._policy_kl(b) if lead else None
+        # one optimiser update's size (~0 without one), measured before the later ppo_epochs updates (whose ratio
+        # clip bounds them): the quantity the oversized-updates bars are set in, whatever the updates per step
+        policy_kl = self._policy_kl(b) if lead else None
+        if stepped:
             self._later_epochs(b, token_den)
-        elif lead:
-            policy_kl = self._policy_kl(b)  # no update: ~0, what the rules read as "no gradient"
         self.opt.zero_grad(set_to_none=True)
         self.version += 1
         self._opt_ns = time.time_ns()

@@ -322,6 +322,16 @@ def correction_cap(ctx: RunContext) -> float | None:
     return float(cap) if isinstance(cap, (int, float)) and not isinstance(cap, bool) else None
 
 
+def known_correction_cap(ctx: RunContext) -> float | Insufficient:
+    """``correction_cap``, or the insufficient-data answer of a rule about uncorrected stale samples when the record
+    does not say (this rule, and the staleness concern's ``staleness-uncorrected``)."""
+    cap = correction_cap(ctx)
+    if cap is None:
+        return Insufficient("the record does not say whether the loss corrects stale samples (no "
+                            "staleness.is_correction_cap, no tis_cap in the run config)")
+    return cap
+
+
 @rule(UNCORRECTED, concern="early_warning", title="Early warning: off-policy divergence (uncorrected stale samples)",
       needs=("staleness",), thresholds={})
 def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
@@ -334,10 +344,9 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
     ess = series(ctx, "ess")
     if not ess:
         return Insufficient("no staleness events with ess_ratio (importance-sampling statistics)")
-    cap = correction_cap(ctx)
-    if cap is None:
-        return Insufficient("the record does not say whether the loss corrects stale samples (no "
-                            "staleness.is_correction_cap, no tis_cap in the run config)")
+    cap = known_correction_cap(ctx)
+    if isinstance(cap, Insufficient):
+        return cap
     if cap > 0:
         return []
     w, persist = int(th["window"]), int(th.get("min_steps", 1))

@@ -8,7 +8,7 @@ from typing import Mapping
 
 from rlobs.doctor.context import RunContext
 from rlobs.doctor.model import Evidence, Finding, Insufficient, RuleResult, Severity, rule
-from rlobs.doctor.rules.precursors import correction_cap, series
+from rlobs.doctor.rules.precursors import known_correction_cap, series
 
 
 def max_staleness_per_step(ctx: RunContext) -> list[tuple[int, int]]:
@@ -137,10 +137,9 @@ def uncorrected(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     stale = series(ctx, "staleness")
     if not stale:
         return Insufficient("no staleness events with mean_staleness")
-    cap = correction_cap(ctx)
-    if cap is None:
-        return Insufficient("the record does not say whether the loss corrects stale samples (no "
-                            "staleness.is_correction_cap, no tis_cap in the run config)")
+    cap = known_correction_cap(ctx)
+    if isinstance(cap, Insufficient):
+        return cap
     if cap > 0:
         return []
     w, need, bar = int(th["window"]), int(th["min_steps"]), th["min_versions"]
