@@ -375,6 +375,42 @@ def drop_step(reward: list[tuple[int, float]], evals: list[tuple[int, float]]) -
     return first, why
 
 
+# Twenty-fourth run (5 Dec 2026, a rescoring of stored runs, no training; registered in
+# bench/early_warning_rescore.py before any rescored figure was computed): candidates for a drop that noise at a
+# plateau does not trigger. ``hold``: the training leg counts only when the 5-step mean stays DROP under the peak
+# (frozen where it first fell) for ``hold`` consecutive steps; ``confirm``: the held-out leg counts only when the
+# next evaluation is DROP under the same best too; ``train_leg`` False: held-out success alone.
+def drop_step_confirmed(reward: list[tuple[int, float]], evals: list[tuple[int, float]], *, hold: int = 1,
+                        confirm: bool = False, train_leg: bool = True) -> tuple[int | None, str]:
+    """The first step a *lasting* drop shows. A fall near the run's end that has fewer than ``hold`` means left
+    counts when every remaining one holds and at least ``min(hold, 3)`` remain; a held-out fall at the last
+    evaluation cannot be confirmed. ``hold=1, confirm=False`` is :func:`drop_step`."""
+    first, why = None, ""
+    if train_leg:
+        means = [(reward[i][0], statistics.fmean(v for _, v in reward[i - SMOOTH + 1:i + 1]))
+                 for i in range(SMOOTH - 1, len(reward))]
+        peak = None
+        for j, (s, m) in enumerate(means):
+            if peak is not None and m <= peak - DROP:
+                after = means[j:j + hold]
+                if all(x <= peak - DROP for _, x in after) and (len(after) == hold or len(after) >= min(hold, 3)):
+                    first, why = s, (f"training reward {SMOOTH}-step mean {m:.3f} <= peak {peak:.3f} - {DROP}"
+                                     + (f", held {len(after)} steps" if hold > 1 else ""))
+                    break
+            peak = m if peak is None else max(peak, m)
+    best = None
+    for k, (s, v) in enumerate(evals):
+        if best is not None and v <= best - DROP:
+            nxt = evals[k + 1][1] if k + 1 < len(evals) else None
+            if not confirm or (nxt is not None and nxt <= best - DROP):
+                if first is None or s < first:
+                    first, why = s, (f"held-out success {v:.3f} <= best {best:.3f} - {DROP}"
+                                     + (f", next {nxt:.3f}" if confirm else ""))
+                break  # an unconfirmed fall: look on (the best stays)
+        best = v if best is None else max(best, v)
+    return first, why
+
+
 REL_SHARE, REL_MIN_BEST = 1 / 3, 0.12  # the relative leg (pre-registered 2 Dec 2026, before the eighth run was scored)
 
 
