@@ -157,10 +157,11 @@ def adopt(table: dict, cand: str) -> dict:
     return {"candidate": cand, "checks": checks, "adopted": all(checks.values())}
 
 
-def rescored(runs: list[dict], cand: str) -> dict:
+def rescored(cand: str) -> dict:
     """The early-warning summary of the files scored under today's rules, under the current drop and ``cand``."""
-    rows = [r for r in runs if r["file"] in TODAY]
-    # a run scored under two rule sets in TODAY's files is one run: load() kept its first file
+    # read from TODAY's files themselves: load() over every file keeps a run's first file, which for the
+    # twenty-first and twenty-second runs is the one scored with a leg since reverted (run21.json < run21_rules_...)
+    rows = load([ROOT / f"bench/results/{f}.json" for f in TODAY])
     out = {}
     for name in (CURRENT, cand):
         out[name] = ew.summarise([{**r, "drop_step": drop(r, name)} for r in rows])
@@ -290,7 +291,7 @@ def main() -> None:
     if args.cmd == "score":
         held = drop_table(runs, "heldout")
         verdict = adopt(held, chosen)
-        summ = rescored(runs, chosen)
+        summ = rescored(chosen)
         res.update(heldout=held, adoption=verdict, rescored_today=summ)
         lines += _md_drop(held, "held-out")
         lines += ["Adoption checks (held out): " + "; ".join(f"{k}: {'yes' if v else 'no'}"
