@@ -77,15 +77,16 @@ def run_separate_async(orch: Orchestrator, end: int) -> None:
     pushes the weights while generation goes on. On the way out everything graded goes to the buffer."""
     B, cap = orch.cfg.groups_per_step, orch.cfg.queue_capacity
     graded: queue.Queue[Group] = queue.Queue(maxsize=cap)
-    for g in orch.buffer:
-        graded.put(g)
-    orch.buffer.clear()
+    # groups graded before a resume (the checkpoint's buffer) are taken first, oldest first, from their own deque:
+    # a finished run's buffer can hold more than the queue's capacity (the queue plus what was in flight), and
+    # putting them into the bounded queue before anything consumes it blocked the resume for good
+    backlog, orch.buffer = orch.buffer, deque()
     dispatcher = Dispatcher(orch, orch.recovery, graded)
     dispatcher.start()
     try:
         while orch.step < end:
             t0 = time.perf_counter()
-            batch = _take_admitted(orch, graded, B, dispatcher)
+            batch = _take_admitted(orch, graded, B, dispatcher, backlog)
             telemetry.on_queue("graded", graded.qsize(), cap)
             out = orch.train_on(batch, time.perf_counter() - t0)
             # engine-side stages overlap the next step; the previous sync is collected first
@@ -94,21 +95,25 @@ def run_separate_async(orch: Orchestrator, end: int) -> None:
         orch.recovery.resilient(orch.finish_sync)
     finally:
         dispatcher.close()
-        earlier = []
+        earlier = list(backlog)
         while not graded.empty():
             earlier.append(graded.get())
         orch.buffer = deque(earlier + list(orch.buffer))
 
 
-def _take_admitted(orch: Orchestrator, graded: queue.Queue[Group], k: int, dispatcher: Dispatcher) -> list[Group]:
+def _take_admitted(orch: Orchestrator, graded: queue.Queue[Group], k: int, dispatcher: Dispatcher,
+                   backlog: deque[Group] | None = None) -> list[Group]:
     batch: list[Group] = []
     while len(batch) < k:
         if dispatcher.error:
             raise RuntimeError("dispatcher failed") from dispatcher.error
-        try:
-            g = graded.get(timeout=0.5)
-        except queue.Empty:
-            continue
+        if backlog:
+            g = backlog.popleft()
+        else:
+            try:
+                g = graded.get(timeout=0.5)
+            except queue.Empty:
+                continue
         if orch.admit(g):
             batch.append(g)
     return batch

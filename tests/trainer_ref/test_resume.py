@@ -56,3 +56,36 @@ def test_separate_async_resume_accounts_for_every_sample(stack, tmp_path):
     assert not (set(consumed) & dropped) and not (set(consumed) & final_buffer)
     states = set(st["ledger"].values())
     assert states <= {"consumed", "dropped", "graded"}
+
+
+def test_separate_async_resumes_a_buffer_larger_than_the_queue(stack, tmp_path):
+    """A stopped separate_async run drains what was in flight into its buffer: up to (max_staleness + 1) x
+    groups_per_step groups, more than the graded queue holds. The resume used to put them all into that bounded
+    queue before anything consumed it and blocked for good (a finished run of the early-warning bench, 52 groups
+    against a capacity of 32, 5 Dec 2026). Now they are taken first, oldest first, and nothing is lost."""
+    import threading
+
+    from trainer_ref import checkpoint
+    from trainer_ref.run import train
+
+    actors, model_dir, _ = stack
+    cfg = dict(mode="separate_async", steps=3, max_staleness=3, queue_capacity=2)
+    train(small_config(tmp_path / "d", stop_after=2, **cfg), actors=actors, model_dir=model_dir)
+    st1 = checkpoint.read_state(checkpoint.latest(tmp_path / "d"))
+    assert len(st1["buffer"]) > 2  # the precondition: more than the queue's capacity was buffered
+    out: dict = {}
+    t = threading.Thread(target=lambda: out.update(train(small_config(tmp_path / "d", resume=True, **cfg),
+                                                         actors=actors, model_dir=model_dir)), daemon=True)
+    t.start()
+    t.join(timeout=300)
+    assert not t.is_alive(), "the resume is blocked"
+    assert out["resumed"] and out["steps"] == 3
+    st = checkpoint.read_state(checkpoint.latest(tmp_path / "d"))
+    consumed = st["consumed_groups"]
+    assert len(consumed) == len(set(consumed)) == 12
+    # the oldest buffered groups are the first taken after the resume (or dropped as stale)
+    dropped = {sid.rsplit("-s", 1)[0] for sid, v in st["ledger"].items() if v == "dropped"}
+    first_after = [g for g in (x["group_id"] for x in st1["buffer"]) if g not in dropped][:4]
+    assert consumed[8:12] == first_after or set(first_after) <= set(consumed[8:])
+    final_buffer = {g["group_id"] for g in st["buffer"]}
+    assert set(consumed) | dropped | final_buffer == {f"p{i}" for i in range(st["cursor"])}
