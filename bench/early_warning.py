@@ -244,6 +244,14 @@ CLASS_SEEDS["ppo-epochs-8"] = ((0, 1, 2, 3), tuple(range(4, 10)))  # twenty-thir
 # no-IS control warns, and no warned lag-4 run learned by that measure; otherwise it is reverted
 HELDOUT_EXTRA["staleness-no-is-lag4"] += tuple(range(51, 63))
 HELDOUT_EXTRA["staleness-no-is"] += tuple(range(34, 38))
+# Twenty-fourth run (5 Dec 2026; bench/early_warning_rescore.py "Fresh test"): fresh seeds trained 60 steps, the
+# drop read on steps 0-40 and judged against held-out success at steps 45-60; registered before any was trained
+RUN24 = {"lr-too-high": tuple(range(86, 94)), "kl-blow-up": tuple(range(24, 30)),
+         "lr-warmup-too-high": tuple(range(22, 26)), "staleness-no-is": tuple(range(38, 42)),
+         "staleness-no-is-lag4": tuple(range(63, 69))}
+HELDOUT_EXTRA = {k: v + RUN24.get(k, ()) for k, v in HELDOUT_EXTRA.items()}
+HEALTHY_SEEDS["heldout"] += tuple(range(80, 86))
+HEALTHY_ASYNC_SEEDS["heldout"] += tuple(range(16, 20))
 HEALTHY_ASYNC_NO_IS_SEEDS = {"calibration": (0, 1, 2, 3, 4, 5) + tuple(range(40, 46)),  # 40-45: twenty-first
                              "heldout": tuple(range(6, 40)) + tuple(range(46, 58))}  # 38-39: twentieth; 46-51: 21st
 # 52-57: the twenty-second run

@@ -55,6 +55,21 @@ of its held-out evaluations at steps 45-60 is at least DROP under its best evalu
 the current drop and every candidate, read on steps 0-40 only: collapses it finds, collapses it misses, drops on
 runs that did not collapse. Descriptive: it does not revisit the adoption above. A drop that agrees better with
 the truth becomes a registration for fresh runs, not the bench's drop by this check alone.
+
+Fresh test, registered after the follow-up's continuations were trained and before its truth was computed, and
+before any of these runs was trained (``RUN24`` in ``bench/early_warning.py``): 38 runs of 60 steps on fresh
+seeds, lr-too-high 86-93, kl-blow-up 24-29, lr-warmup-too-high 22-25, staleness-no-is 38-41,
+staleness-no-is-lag4 63-68, healthy 80-85, healthy-async 16-19:
+
+    python bench/early_warning.py run --runs DIR --steps 60 --only <those names>
+    python bench/early_warning_rescore.py truth --dst DIR --fresh
+
+The candidate is the one with the fewest errors (collapses missed + drops on runs that did not collapse) against
+the truth on the follow-up's continued records, ties in the registered order; if the current drop has no more
+errors than every candidate, there is nothing to test. On the fresh runs, judged once with the same truth (drops
+read on steps 0-40, the truth on evaluations 45-60): the candidate replaces the bench's drop if it makes fewer
+errors than the current drop and misses at most one collapse more. If it does, the tables under today's rules are
+rescored with it and README's standing restated; if not, the current drop stays and the result is reported.
 """
 
 from __future__ import annotations
@@ -224,44 +239,69 @@ def continue_runs(src: Path, dst: Path) -> None:
         print(json.dumps(info), flush=True)
 
 
-def truth(dst: Path) -> dict:
-    """Per candidate drop (read on steps 0-40 of the stored series), agreement with the continued runs' outcome."""
+def _record_series(d: Path) -> tuple[list[float], list[tuple[int, float]]]:
     from rlobs.doctor.context import RunContext
-    from rlobs.doctor.rules.precursors import heldout
+    from rlobs.doctor.rules.precursors import heldout, series
     from rlobs.store import open_run
 
-    rows = load([ROOT / f"bench/results/{RUN20}.json"])
+    rec = open_run(d)
+    try:
+        ctx = RunContext(rec)
+        return [v for _, v in series(ctx, "reward")], [(int(s), float(v)) for s, v in heldout(ctx)]
+    finally:
+        rec.close()
+
+
+def truth(dst: Path, fresh: bool = False) -> dict:
+    """Per drop (read on steps 0-40 only), agreement with the outcome at steps 45-60: the follow-up's continued
+    twentieth-run records (``fresh`` False: their stored rows, warnings included) or the fresh test's runs."""
+    if fresh:
+        rows = [{**json.loads((d / "early_warning_run.json").read_text()), "first_warning": None}
+                for d in sorted(dst.iterdir()) if (d / "early_warning_run.json").is_file()]
+    else:
+        rows = [r for r in load([ROOT / f"bench/results/{RUN20}.json"]) if (dst / r["name"] / "continued.json").is_file()]
     judged = []
     for r in rows:
-        d = dst / r["name"]
-        if not (d / "continued.json").is_file():
-            continue
-        rec = open_run(d)
-        try:
-            evals = [(int(s), float(v)) for s, v in heldout(RunContext(rec))]
-        finally:
-            rec.close()
-        best40 = max(v for s, v in evals if s <= 40)
+        reward, evals = _record_series(dst / r["name"])
         late = [v for s, v in evals if TRUTH_FROM <= s <= TRUTH_TO]
         if len(late) < 3:
             continue
-        # the continuation replays nothing: its first 40 steps are the stored ones (checked)
-        same = [round(v, 6) for s, v in evals if s <= 40] == [round(v, 6) for _, v in r["evals"]]
-        judged.append({**r, "late_evals": late, "best40": best40, "collapsed": statistics.fmean(late) <= best40 - ew.DROP,
-                       "first40_match": same})
+        first = {"reward": reward[:40], "evals": [(s, v) for s, v in evals if s <= 40]}
+        best40 = max(v for _, v in first["evals"])
+        same = None if fresh else ([round(v, 6) for _, v in first["evals"]] == [round(v, 6) for _, v in r["evals"]]
+                                   and [round(v, 4) for v in first["reward"]] == r["reward"])
+        judged.append({**r, **first, "late_evals": late, "best40": best40,
+                       "collapsed": statistics.fmean(late) <= best40 - ew.DROP, "first40_match": same})
     out = {"runs": len(judged), "collapsed": sum(j["collapsed"] for j in judged),
-           "first40_match": all(j["first40_match"] for j in judged), "per_drop": {}, "per_run": []}
+           "first40_match": None if fresh else all(j["first40_match"] for j in judged), "per_drop": {},
+           "per_run": []}
     for cand in (CURRENT, *CANDIDATES):
         found = [j["name"] for j in judged if j["collapsed"] and drop(j, cand) is not None]
         missed = [j["name"] for j in judged if j["collapsed"] and drop(j, cand) is None]
         false = [j["name"] for j in judged if not j["collapsed"] and drop(j, cand) is not None]
-        out["per_drop"][cand] = {"found": len(found), "missed": missed, "false_drops": false}
+        out["per_drop"][cand] = {"found": len(found), "missed": missed, "false_drops": false,
+                                 "errors": len(missed) + len(false)}
     for j in judged:
         out["per_run"].append({"name": j["name"], "class": j["class"], "best40": round(j["best40"], 3),
                                "late_mean": round(statistics.fmean(j["late_evals"]), 3), "collapsed": j["collapsed"],
                                "drops": {c: drop(j, c) for c in (CURRENT, *CANDIDATES)},
-                               "first_warning": j["first_warning"]})
+                               "first_warning": j.get("first_warning")})
     return out
+
+
+def fresh_candidate(follow_up: dict) -> str | None:
+    """The registered pick: the fewest errors on the follow-up, ties in order; None if the current drop has no
+    more errors than every candidate."""
+    per = follow_up["per_drop"]
+    best = min(CANDIDATES, key=lambda c: (per[c]["errors"], list(CANDIDATES).index(c)))
+    return best if per[best]["errors"] < per[CURRENT]["errors"] else None
+
+
+def fresh_verdict(fresh: dict, cand: str) -> dict:
+    cur, new = fresh["per_drop"][CURRENT], fresh["per_drop"][cand]
+    checks = {"fewer errors than the current drop": new["errors"] < cur["errors"],
+              "at most one more collapse missed": len(new["missed"]) <= len(cur["missed"]) + 1}
+    return {"candidate": cand, "checks": checks, "adopted": all(checks.values())}
 
 
 def main() -> None:
@@ -270,13 +310,19 @@ def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench/results/early_warning_run24_rescore"))
     ap.add_argument("--src", default="/work/records/ew20", help="continue: the twentieth run's records")
     ap.add_argument("--dst", default="/work/records/ew24", help="continue / truth: the continued copies")
+    ap.add_argument("--fresh", action="store_true", help="truth: the fresh test's runs in --dst")
     args = ap.parse_args()
     if args.cmd == "continue":
         continue_runs(Path(args.src), Path(args.dst))
         return
     if args.cmd == "truth":
-        res = truth(Path(args.dst))
-        Path(args.out + "_truth.json").write_text(json.dumps(res, indent=1) + "\n")
+        res = truth(Path(args.dst), fresh=args.fresh)
+        if args.fresh:  # the registered pick from the follow-up's result, then the verdict
+            follow = json.loads(Path(args.out + "_truth.json").read_text())
+            cand = fresh_candidate(follow)
+            res["candidate"] = cand
+            res["verdict"] = fresh_verdict(res, cand) if cand else "nothing to test: no candidate beat the current drop"
+        Path(args.out + ("_fresh" if args.fresh else "_truth") + ".json").write_text(json.dumps(res, indent=1) + "\n")
         print(json.dumps({k: v for k, v in res.items() if k != "per_run"}, indent=1))
         return
     runs = load()
