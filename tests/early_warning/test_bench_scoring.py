@@ -107,3 +107,51 @@ def test_a_continued_run_keeps_its_twins_seed_mode_and_shape():
     assert longer["steps"] == 200
     main = dc.lengthened(dc.plan("main")[0], 60)  # a name without its length gets one: never the twin's name
     assert main["name"] != main["continues"] and main["name"].endswith("-60st")
+
+
+def test_a_lasting_drop_ignores_a_plateau_dip_and_keeps_a_real_fall():
+    """The twenty-fourth run's candidates (``drop_step_confirmed``): a training-reward dip that recovers within the
+    hold, or a held-out evaluation back near its best at the next one, is no drop; a fall that stays is one, at the
+    same step as the current drop."""
+    import random
+
+    rng = random.Random(7)
+    for _ in range(500):  # hold 1 without confirmation is the current drop, to the letter
+        n = rng.choice((12, 40, 60))
+        reward, evals = [(s, rng.random()) for s in range(n)], [(s, rng.random()) for s in range(0, n, 5)]
+        assert ew.drop_step_confirmed(reward, evals) == ew.drop_step(reward, evals)
+    plateau = [(s, 0.6) for s in range(40)]
+    dip = plateau[:20] + [(s, 0.1) for s in range(20, 22)] + plateau[22:]  # two bad steps: the mean dips 0.2
+    assert ew.drop_step(dip, [])[0] == 21
+    assert ew.drop_step_confirmed(dip, [], hold=5)[0] is None
+    fall = plateau[:20] + [(s, 0.1) for s in range(20, 40)]
+    assert ew.drop_step_confirmed(fall, [], hold=5) == (21, ew.drop_step_confirmed(fall, [], hold=5)[1])
+    assert ew.drop_step_confirmed(fall, [], hold=5)[0] == ew.drop_step(fall, [])[0]
+    # the run's end: a fall with 3 means left counts (all hold), with 2 left it cannot be confirmed
+    assert ew.drop_step_confirmed(plateau[:35] + [(s, 0.0) for s in range(35, 40)], [], hold=5)[0] == 36
+    assert ew.drop_step_confirmed(plateau[:37] + [(s, 0.0) for s in range(37, 40)], [], hold=5)[0] is None
+    back = [(0, 0.3), (5, 0.6), (10, 0.4), (15, 0.6), (20, 0.3), (25, 0.3)]  # a dip at 10, a lasting fall at 20
+    assert ew.drop_step(plateau, back)[0] == 10
+    step, why = ew.drop_step_confirmed(plateau, back, confirm=True)
+    assert step == 20 and "next 0.300" in why
+    assert ew.drop_step_confirmed(plateau, back[:5], confirm=True)[0] is None  # the last evaluation: unconfirmed
+    assert ew.drop_step_confirmed(fall, back, train_leg=False)[0] == 10  # held-out alone
+
+
+def test_rescoring_chooses_on_calibration_and_counts_each_run_once(tmp_path):
+    from bench import early_warning_rescore as rs
+
+    run = {"name": "healthy-s0", "class": "healthy", "split": "calibration", "seed": 0,
+           "reward": [0.6] * 20 + [0.1, 0.1] + [0.6] * 18, "evals": [[0, 0.3], [20, 0.6], [40, 0.6]]}
+    sure = {"name": "lr-too-high-s0", "class": "lr-too-high", "split": "calibration", "seed": 0,
+            "reward": [0.6] * 20 + [0.1] * 20, "evals": [[0, 0.3], [20, 0.6], [40, 0.2]]}
+    import json
+    for f in ("a", "b"):  # the same two runs in two results files (scored under two rule sets)
+        (tmp_path / f"early_warning_{f}.json").write_text(json.dumps({"runs": [run, sure]}))
+    runs = rs.load(sorted(tmp_path.glob("*.json")))
+    assert [r["name"] for r in runs] == ["healthy-s0", "lr-too-high-s0"] and runs[0]["file"] == "early_warning_a"
+    table = rs.drop_table(runs, "calibration")
+    assert table["current"]["healthy_dropped"] == ["healthy-s0"]  # the plateau dip
+    assert table["hold5"]["healthy_with_drop"] == 0 and table["hold5"]["sure_with_drop"] == 1
+    assert table["hold5"]["median_delay"] == 0
+    assert rs.choose(table) == "hold5"  # first in the registered order among those tied on every count
