@@ -3,7 +3,9 @@
     python tests/dashboards/drive_trainer_ref.py RUN_DIR [--fault NAME] [--steps N] [--onset K]
 
 Trains ``separate_async`` on the tiny model with ``--prometheus`` (driver, trainer, generator and grader
-processes each serve /metrics and write their ``prometheus_sd`` target file into RUN_DIR). At the last
+processes each serve /metrics and write their ``prometheus_sd`` target file into RUN_DIR). After the first step
+it reports ``{"first_step": true, "run_id": ...}`` and waits for a line on stdin (the test's Prometheus has scraped
+every process by then, so the later steps' counts are seen rising, also on a loaded machine). At the last
 step, while every process is still up, it reports ``{"ready": true, "run_id": ...}`` on the test's status
 pipe (``tests.status_channel``; stdout is not a protocol) and waits until its stdin closes (the test has
 finished querying Prometheus); then the run ends normally and it reports the summary (steps, telemetry drops).
@@ -40,10 +42,16 @@ def main() -> int:
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gb))
 
     def hold(out: dict) -> None:
-        if out["step"] + 1 < cfg.steps:
-            return
         import rlobs
 
+        if out["step"] == 0 and cfg.steps > 1:
+            # after the first step every process is up and has counted something: the test waits until its
+            # Prometheus has scraped them, so the later steps' counts are seen as increases (a rate over the run)
+            report({"first_step": True, "run_id": rlobs.get_recorder().info.run_id})
+            sys.stdin.readline()
+            return
+        if out["step"] + 1 < cfg.steps:
+            return
         report({"ready": True, "run_id": rlobs.get_recorder().info.run_id, "step": out["step"]})
         sys.stdin.read()  # until the test closes our stdin
 

@@ -56,6 +56,21 @@ def _empty(prom: LocalPrometheus, run: str) -> list[tuple[str, str, str]]:
     return [(b, t, e) for b, t, e in panels if not prom.query(s.substitute(e, {**PANEL_VARS, "run": run}))]
 
 
+def _wait_scraped(prom: LocalPrometheus, run: str, timeout: float = 120.0) -> None:
+    """Until every component of the run has been scraped and the grader calls of its first step are stored: the
+    steps after it then show as increases. (On a loaded machine the whole 8-step run could end before the first
+    scrape of a grader, and every rate over it was 0: one fresh-clone CI run of 5 Dec 2026.)"""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        comps = prom.api("label/component/values", **{"match[]": f'rlobs_telemetry_events_total{{run="{run}"}}'})
+        if {"driver", "trainer", "generator", "grader"} <= set(comps) and \
+                prom.query(f'rlobs_grader_calls_total{{run="{run}"}}'):
+            return
+        time.sleep(1.0)
+    raise AssertionError(f"Prometheus did not scrape every process of run {run} within {timeout:.0f} s: "
+                         f"{prom.targets()}")
+
+
 @pytest.fixture(scope="module")
 def ref_run(tmp_path_factory):
     need("prometheus")
@@ -70,7 +85,13 @@ def ref_run(tmp_path_factory):
                                     cwd=REPO, **status.popen_kwargs())
         status.started()
         try:
-            ready = status.read(timeout=900)  # a fresh machine builds the tiny model first
+            first = status.read(timeout=900)  # a fresh machine builds the tiny model first
+            assert first and first.get("first_step"), f"trainer_ref driver ended before its first step (exit " \
+                f"{proc.wait()}):\n" + log.read_text(errors="replace")[-3000:]
+            _wait_scraped(prom, first["run_id"])
+            proc.stdin.write(b"go\n")
+            proc.stdin.flush()
+            ready = status.read(timeout=900)
             assert ready, f"trainer_ref driver ended before its last step (exit {proc.wait()}):\n" + \
                 log.read_text(errors="replace")[-3000:]
             run = ready["run_id"]
@@ -109,7 +130,9 @@ def test_a_share_with_no_matching_calls_is_zero_not_missing(ref_run):
 
     The run holds at its last step while this module's tests run, so its grader calls stop; on a loaded machine a
     1-minute window can open after the last of them (0 of 0 calls: NaN, rightly "no data", one fresh-clone CI run
-    of 5 Dec 2026). The window here spans the run's calls, and the test checks it does."""
+    of 5 Dec 2026). The window here spans the run's calls, and the test checks it does; the fixture lets the run go
+    on after its first step only once every process has been scraped, so the calls are seen rising (a second CI
+    run that day saw the whole run end before the first scrape of its grader: a rate of 0 over 15 minutes)."""
     prom, run, _ = ref_run
     wide = {**PANEL_VARS, "__rate_interval": "15m", "run": run}
     calls = prom.query(s.substitute(s.agg("sum", s.rate("rlobs_grader_calls_total", s.DASHBOARD), ("grader_kind",)),
