@@ -79,8 +79,12 @@ from __future__ import annotations
 import argparse
 import glob
 import json
+import os
+import shutil
 import statistics
+import subprocess
 import sys
+import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -114,6 +118,11 @@ def drop(r: dict, cand: str) -> int | None:
     return ew.drop_step_confirmed(reward, evals, **CANDIDATES[cand])[0]
 
 
+def drops(r: dict) -> dict[str, int | None]:
+    """The run's drop step under the current drop and every candidate, each computed once."""
+    return {c: drop(r, c) for c in (CURRENT, *CANDIDATES)}
+
+
 def load(files: list[Path] | None = None) -> list[dict]:
     """Every stored run once, with the file it was first found in. By default the files as they stood when the
     run was registered: this run's own results (``early_warning_run24*``, the fresh runs among them) are not part
@@ -139,19 +148,21 @@ def load(files: list[Path] | None = None) -> list[dict]:
 
 def drop_table(runs: list[dict], split: str) -> dict:
     """Per candidate: healthy runs with a drop, SURE runs with one, the delay against the current drop."""
-    sel = [r for r in runs if r["split"] == split]
+    sel = [{**r, "drops": drops(r)} for r in runs if r["split"] == split and (r["class"] == "healthy" or
+                                                                            r["class"] in SURE)]
     healthy = [r for r in sel if r["class"] == "healthy"]
     sure = [r for r in sel if r["class"] in SURE]
     out = {}
     for cand in (CURRENT, *CANDIDATES):
-        hd = [r["name"] for r in healthy if drop(r, cand) is not None]
-        sd = [r for r in sure if drop(r, cand) is not None]
-        delays = [drop(r, cand) - drop(r, CURRENT) for r in sd if drop(r, CURRENT) is not None]
+        hd = [r["name"] for r in healthy if r["drops"][cand] is not None]
+        sd = [r for r in sure if r["drops"][cand] is not None]
+        both = [r for r in sd if r["drops"][CURRENT] is not None]
+        delays = [r["drops"][cand] - r["drops"][CURRENT] for r in both]
         by_class = {c: f"{sum(1 for r in sd if r['class'] == c)}/{sum(1 for r in sure if r['class'] == c)}"
                     for c in SURE}
         out[cand] = {"healthy_runs": len(healthy), "healthy_with_drop": len(hd), "healthy_dropped": hd,
                      "sure_runs": len(sure), "sure_with_drop": len(sd), "sure_by_class": by_class,
-                     "sure_found_by_current_too": sum(1 for r in sd if drop(r, CURRENT) is not None),
+                     "sure_found_by_current_too": len(both),
                      "median_delay": statistics.median(delays) if delays else None,
                      "max_delay": max(delays) if delays else None}
     return out
@@ -219,12 +230,7 @@ RUN20 = "early_warning_run20"
 
 def continue_runs(src: Path, dst: Path) -> None:
     """Copy each stored run of the twentieth run and continue it from its latest checkpoint to ``CONTINUE_TO``."""
-    import os
-    import shutil
-    import subprocess
-    import time
-
-    rows = [r for r in load([ROOT / f"bench/results/{RUN20}.json"])]
+    rows = load([ROOT / f"bench/results/{RUN20}.json"])
     dst.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "RAY_ADDRESS": "local"}
     for r in rows:
@@ -275,21 +281,22 @@ def truth(dst: Path, fresh: bool = False) -> dict:
         best40 = max(v for _, v in first["evals"])
         same = None if fresh else ([round(v, 6) for _, v in first["evals"]] == [round(v, 6) for _, v in r["evals"]]
                                    and [round(v, 4) for v in first["reward"]] == r["reward"])
-        judged.append({**r, **first, "late_evals": late, "best40": best40,
-                       "collapsed": statistics.fmean(late) <= best40 - ew.DROP, "first40_match": same})
+        j = {**r, **first, "late_evals": late, "best40": best40,
+             "collapsed": statistics.fmean(late) <= best40 - ew.DROP, "first40_match": same}
+        judged.append({**j, "drops": drops(j)})
     out = {"runs": len(judged), "collapsed": sum(j["collapsed"] for j in judged),
            "first40_match": None if fresh else all(j["first40_match"] for j in judged), "per_drop": {},
            "per_run": []}
     for cand in (CURRENT, *CANDIDATES):
-        found = [j["name"] for j in judged if j["collapsed"] and drop(j, cand) is not None]
-        missed = [j["name"] for j in judged if j["collapsed"] and drop(j, cand) is None]
-        false = [j["name"] for j in judged if not j["collapsed"] and drop(j, cand) is not None]
+        found = [j["name"] for j in judged if j["collapsed"] and j["drops"][cand] is not None]
+        missed = [j["name"] for j in judged if j["collapsed"] and j["drops"][cand] is None]
+        false = [j["name"] for j in judged if not j["collapsed"] and j["drops"][cand] is not None]
         out["per_drop"][cand] = {"found": len(found), "missed": missed, "false_drops": false,
                                  "errors": len(missed) + len(false)}
     for j in judged:
         out["per_run"].append({"name": j["name"], "class": j["class"], "best40": round(j["best40"], 3),
                                "late_mean": round(statistics.fmean(j["late_evals"]), 3), "collapsed": j["collapsed"],
-                               "drops": {c: drop(j, c) for c in (CURRENT, *CANDIDATES)},
+                               "drops": j["drops"],
                                "first_warning": j.get("first_warning")})
     return out
 

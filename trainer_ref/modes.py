@@ -102,7 +102,7 @@ def run_separate_async(orch: Orchestrator, end: int) -> None:
 
 
 def _take_admitted(orch: Orchestrator, graded: queue.Queue[Group], k: int, dispatcher: Dispatcher,
-                   backlog: deque[Group] | None = None) -> list[Group]:
+                   backlog: deque[Group]) -> list[Group]:
     batch: list[Group] = []
     while len(batch) < k:
         if dispatcher.error:
