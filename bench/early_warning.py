@@ -304,6 +304,42 @@ VARIANT_CALIBRATION: dict[str, tuple[int, ...]] = {"healthy-kl": (0, 1, 2, 3), "
 # healthy-ppo4 run counts against the bar. Stated before training: if no change keeps the calibration healthy-ppo4
 # runs quiet without costing a one-update class a detection on the records at hand, none is made
 
+# Twenty-fifth run (5 Dec 2026, registered here before any of its runs was trained; rules unchanged since 1bf09db):
+# healthy breadth. The healthy bar (0 warnings) has been judged on one trainer shape at a time; these are settings an
+# expert user runs that no threshold was ever chosen or checked on: a healthy warm-up (1e-4 -> 3e-4 over 10 steps),
+# 2 updates per step (60 steps), a slower lr for 60 steps, 4 groups x 16, a chain-heavier mix (0.3) with the exact
+# grader, a small KL term (0.01), separate_async at max staleness 1 and with a looser TIS cap (5), colocate_async
+# without importance correction, and 2 data-parallel trainer ranks. Seeds 100-103 of each (fresh for every setting),
+# their number fixed here, all held out, scored once (``eval --only`` on the 40 names). Counted as before: every
+# precursor warning on a run without a drop counts against the bar (one that precedes a drop is listed apart; a
+# drop without a warning is a collapse no rule foresaw). Reported beside, not part of the early-warning bar: the
+# whole doctor's warnings and criticals on the same records (every rule, not only the precursors; ``all_rules``). No
+# rule is changed on these results in this session: a defect they show is fixed on its own registration and new
+# fresh runs
+RUN25_SEEDS = (100, 101, 102, 103)
+HEALTHY_VARIANTS.update({
+    "healthy-warmup": ("healthy sync, linear warm-up from 1e-4 to 3e-4 over 10 steps",
+                       [*SYNC, "--lr", "1e-4", "--lr-peak", "3e-4", "--lr-warmup-steps", "10"], RUN25_SEEDS, None),
+    "healthy-ppo2": ("healthy sync, lr 3e-4, 2 optimiser updates per step, 60 steps",
+                     [*SYNC, "--lr", "3e-4", "--ppo-epochs", "2"], RUN25_SEEDS, 60),
+    "healthy-lr2e-4": ("healthy sync, lr 2e-4, 60 steps", [*SYNC, "--lr", "2e-4"], RUN25_SEEDS, 60),
+    "healthy-g4x16": ("healthy sync, lr 3e-4, 4 groups x 16", [*SYNC, "--lr", "3e-4", "--groups-per-step", "4",
+                                                              "--group-size", "16"], RUN25_SEEDS, None),
+    "healthy-chain03": ("healthy sync, lr 3e-4, 30 % chain prompts (exact grader)",
+                        [*SYNC, "--lr", "3e-4", "--chain-prob", "0.3"], RUN25_SEEDS, None),
+    "healthy-kl001": ("healthy sync, lr 3e-4, KL term kl_coef 0.01", [*SYNC, "--lr", "3e-4", "--kl-coef", "0.01"],
+                      RUN25_SEEDS, None),
+    "healthy-async-stale1": ("healthy separate_async, lr 3e-4, max staleness 1",
+                             ["--mode", "separate_async", "--lr", "3e-4", "--max-staleness", "1"], RUN25_SEEDS, None),
+    "healthy-async-tis5": ("healthy separate_async, lr 3e-4, TIS cap 5",
+                           ["--mode", "separate_async", "--lr", "3e-4", "--tis-cap", "5"], RUN25_SEEDS, None),
+    "healthy-colocate-nois": ("healthy colocate_async, lr 3e-4, importance correction off",
+                              ["--mode", "colocate_async", "--lr", "3e-4", "--tis-cap", "0"], RUN25_SEEDS, None),
+    "healthy-dp2": ("healthy sync, lr 3e-4, 2 data-parallel trainer ranks", [*SYNC, "--lr", "3e-4", "--dp", "2"],
+                    RUN25_SEEDS, None),
+})
+RUN25 = [f"{k}-s{s}" for k in list(HEALTHY_VARIANTS)[-10:] for s in RUN25_SEEDS]
+
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
@@ -459,6 +495,10 @@ def judge(run_dir: Path) -> dict:
         findings = [{"rule": f.rule, "step": f.first_step, "title": f.title} for f in report.findings]
         # the oversized-updates finding names a grader loophole (its training reward far above held-out success)
         loophole = any(e.metric == "training reward over held-out success" for f in report.findings for e in f.evidence)
+        # the whole doctor (every rule) on the finished record: what `rlobs doctor RUN` prints at warning or above
+        from rlobs.doctor.model import Severity
+        all_rules = [{"rule": f.rule, "severity": str(f.severity), "step": f.first_step, "title": f.title}
+                     for f in diagnose(rec).findings if f.severity >= Severity.WARNING]
     finally:
         rec.close()
     warned = {k: v for k, v in first.items() if v is not None}
@@ -470,7 +510,7 @@ def judge(run_dir: Path) -> dict:
             "drop_step": drop, "drop_why": why, "first_warning": warn,
             "first_rule": min(warned, key=lambda k: (warned[k], k)) if warned else None, "per_rule": first,
             "whole_record_first_step": whole, "replay_equals_whole_record": all(whole.get(k) == v for k, v in first.items()),
-            "findings": findings, "names_loophole": loophole,
+            "findings": findings, "names_loophole": loophole, "all_rules": all_rules,
             "replay_seconds": round(replay_s, 3)}
 
 
