@@ -155,3 +155,32 @@ def test_rescoring_chooses_on_calibration_and_counts_each_run_once(tmp_path):
     assert table["hold5"]["healthy_with_drop"] == 0 and table["hold5"]["sure_with_drop"] == 1
     assert table["hold5"]["median_delay"] == 0
     assert rs.choose(table) == "hold5"  # first in the registered order among those tied on every count
+
+
+def test_judge_lists_the_whole_doctors_warnings_beside_the_precursors(tmp_path):
+    """``judge`` replays the precursors step by step and, beside them, lists what the whole doctor (every rule)
+    reports at warning or above on the finished record (``all_rules``): on a real lr collapse the precursor's
+    warning is among them at the replay's step; on a real healthy run the list is empty."""
+    import json
+
+    import rlobs
+    from rlobs.doctor.rules.precursors import OVERSIZED
+
+    from .replay import emit_step
+
+    data = json.loads((Path(__file__).with_name("data") / "collapse_runs.json").read_text())["runs"]
+
+    def rebuilt(name: str) -> Path:
+        rec = rlobs.init(tmp_path / name, component="trainer", rank=0, run_id=name, prometheus=False,
+                         set_global=False, config={"mode": "sync"})
+        for row in data[name]["steps"]:
+            emit_step(rec, row, correction_cap=data[name].get("correction_cap"))
+        rec.close()
+        return tmp_path / name
+
+    collapse = ew.judge(rebuilt("lr-too-high-s5"))
+    assert collapse["first_warning"] == collapse["per_rule"][OVERSIZED] is not None
+    assert {"rule": OVERSIZED, "severity": "warning", "step": collapse["first_warning"]} in [
+        {k: a[k] for k in ("rule", "severity", "step")} for a in collapse["all_rules"]]
+    healthy = ew.judge(rebuilt("healthy-s0"))
+    assert healthy["first_warning"] is None and healthy["all_rules"] == []
