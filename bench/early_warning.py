@@ -514,39 +514,47 @@ def judge(run_dir: Path) -> dict:
             "replay_seconds": round(replay_s, 3)}
 
 
-def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
-    """The per-step signals of finished runs -> tests/early_warning/data/collapse_runs.json (the live-alert test
-    replays them into a real Prometheus). Runs already in the file and not named here are kept."""
+def run_signals(run_dir: Path) -> dict:
+    """A finished run's per-step signals as the precursor rules read them (``steps``: one row per step with its
+    held-out evaluation where there is one), its importance-correction cap and the bench's drop step: what
+    ``extract`` stores for the tests and ``bench/early_warning_live.py`` replays into a real Prometheus."""
     from rlobs.doctor.context import RunContext
     from rlobs.doctor.rules.precursors import audit_gap, correction_cap, heldout, series
     from rlobs.store import open_run
 
+    rec = open_run(run_dir)
+    try:
+        ctx = RunContext(rec)
+        cols = {k: dict(series(ctx, k)) for k in ("reward", "grad_norm", "entropy", "kl", "zero_std", "is_clipped",
+                                                  "ess", "staleness", "policy_kl", "lr")}
+        cap = correction_cap(ctx)
+        evals = [(int(s), float(v)) for s, v in heldout(ctx)]
+        gap = audit_gap(ctx)
+        if gap:
+            cols["audit_gap"] = dict(gap)
+    finally:
+        rec.close()
+    steps = sorted(cols["reward"])
+    drop, _why = drop_step(sorted(cols["reward"].items()), evals)
+    cols["heldout"] = dict(evals)
+    return {"correction_cap": cap, "drop_step": drop,
+            "steps": [{"step": s, **{k: round(v[s], 6) for k, v in cols.items() if s in v}} for s in steps]}
+
+
+def extract(entries: list[dict], runs: Path, expect: dict[str, str]) -> None:
+    """The per-step signals of finished runs -> tests/early_warning/data/collapse_runs.json (the live-alert test
+    replays them into a real Prometheus). Runs already in the file and not named here are kept."""
     path = ROOT / "tests/early_warning/data/collapse_runs.json"
     out = json.loads(path.read_text()) if path.is_file() else {}
     out.setdefault("runs", {})
     out["source"] = "bench/early_warning.py extract (real trainer_ref runs, tiny-packed, no injected fault)"
     for e in entries:
-        rec = open_run(runs / e["name"])
-        try:
-            ctx = RunContext(rec)
-            cols = {k: dict(series(ctx, k)) for k in ("reward", "grad_norm", "entropy", "kl", "zero_std", "is_clipped",
-                                                      "ess", "staleness", "policy_kl", "lr")}
-            cap = correction_cap(ctx)
-            evals = [(int(s), float(v)) for s, v in heldout(ctx)]
-            gap = audit_gap(ctx)
-            if gap:
-                cols["audit_gap"] = dict(gap)
-        finally:
-            rec.close()
-        steps = sorted(cols["reward"])
-        drop, _why = drop_step(sorted(cols["reward"].items()), evals)
-        cols["heldout"] = dict(evals)
+        sig = run_signals(runs / e["name"])
         out["runs"][e["name"]] = {
             "class": e["class"], "what": CLASSES[e["class"]][0] if e["class"] in CLASSES else
             e.get("what") or ("healthy (lr 3e-4)" if e["class"] == "healthy" else "exploratory: " + " ".join(e["args"])),
-            "args": e["args"], "seed": e["seed"], "correction_cap": cap, "drop_step": drop,
-            "expect": [x for x in expect.get(e["name"], "").split("+") if x],
-            "steps": [{"step": s, **{k: round(v[s], 6) for k, v in cols.items() if s in v}} for s in steps]}
+            "args": e["args"], "seed": e["seed"], "correction_cap": sig["correction_cap"], "drop_step": sig["drop_step"],
+            "expect": [x for x in expect.get(e["name"], "").split("+") if x], "steps": sig["steps"]}
     path.write_text(json.dumps(out, indent=1) + "\n")
     print(f"wrote {path} ({len(out['runs'])} runs)")
 

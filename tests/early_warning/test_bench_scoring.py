@@ -166,7 +166,7 @@ def test_judge_lists_the_whole_doctors_warnings_beside_the_precursors(tmp_path):
     import rlobs
     from rlobs.doctor.rules.precursors import OVERSIZED
 
-    from .replay import emit_step
+    from bench.early_warning_live import emit_step
 
     data = json.loads((Path(__file__).with_name("data") / "collapse_runs.json").read_text())["runs"]
 

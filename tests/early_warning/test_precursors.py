@@ -22,7 +22,7 @@ from rlobs.doctor.model import Insufficient
 from rlobs.doctor.rules.precursors import HACKING, OVERSIZED, PRECURSOR_IDS, PRECURSORS, UNCORRECTED, replay
 from rlobs.failures import FAILURES
 
-from .replay import emit_step
+from bench.early_warning_live import emit_step
 
 DATA = json.loads((Path(__file__).with_name("data") / "collapse_runs.json").read_text())
 

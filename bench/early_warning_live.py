@@ -1,0 +1,201 @@
+"""The live precursor alerts on real runs: which of them a real Prometheus fires, run by run.
+
+    python bench/early_warning_live.py --runs DIR --only A,B,... --out bench/results/NAME [--batch 8]
+
+Each named run's record (a ``bench/early_warning.py`` run) is read back to its per-step signals
+(``early_warning.run_signals``) and replayed through a real rlobs recorder (the Prometheus sink serves ``/metrics``
+and writes its file_sd target, as a trainer does), one step per ``PERIOD`` seconds, scraped every second by
+Debian's Prometheus (``LocalPrometheus``), which evaluates the precursor rules of
+``rlobs.dashboards.alerts.precursor_rules``: the committed expressions and thresholds with their time windows
+scaled (``SCALE``: the last 10 min vs the hour before become 5 s vs 30 s; ``for`` 1 min becomes 1 s), so a replayed
+step stands for two minutes of a real run. A batch of runs shares one Prometheus; every precursor alert that fires
+for a run is listed with the step it went active at. ``tests/early_warning/test_precursor_alerts.py`` drives the
+same replay on the extracted runs of ``tests/early_warning/data``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+PERIOD = 1.0  # seconds per replayed step
+SCALE = {"recent": "5s", "history": "30s"}
+FOR = "1s"  # the rules' `for: 1m`, scaled like their windows
+WAIT_S = 30.0  # after the last step: the alerts' windows and `for` catching up
+
+
+def emit_step(rec: Any, row: Mapping[str, Any], correction_cap: float | None = None) -> None:
+    """Emit ``row`` (one step of extracted signals: ``early_warning.run_signals``) as the trainer and its probes
+    recorded it (``correction_cap``: the run's importance-correction cap, recorded on its staleness events)."""
+    rec.set_step(int(row["step"]))
+    rec.emit("train_step", loss=0.0, grad_norm=row.get("grad_norm"), reward_mean=row.get("reward"),
+             entropy=row.get("entropy"), kl=row.get("kl"), policy_kl=row.get("policy_kl"), lr=row.get("lr"))
+    if row.get("heldout") is not None:  # a held-out evaluation after this step (trainer_ref's driver emits it)
+        rec.emit("scalar", name="eval_reward_mean", value=row["heldout"], source="trainer_ref")
+    if row.get("audit_gap") is not None:  # the grader audit of the step's samples (trainer_ref's driver emits it)
+        rec.emit("scalar", name="grader_audit_gap", value=row["audit_gap"], source="trainer_ref")
+    if row.get("zero_std") is not None:
+        rec.emit("advantage", groups=8, zero_std_groups=round(8 * row["zero_std"]), zero_std_ratio=row["zero_std"])
+    if row.get("is_clipped") is not None or row.get("ess") is not None:
+        rec.emit("staleness", samples=64, is_clipped_ratio=row.get("is_clipped"), ess_ratio=row.get("ess"),
+                 mean_staleness=row.get("staleness"), is_correction_cap=correction_cap)
+
+
+def alert_name(rule_id: str) -> str:
+    """``precursor-kl-creep`` -> ``RlobsPrecursorKlCreep`` (the alert's name for a failure-table id)."""
+    return "Rlobs" + "".join(p.capitalize() for p in rule_id.split("-"))
+
+
+def rules_file(path: Path) -> Path:
+    """The committed precursor alert rules, their windows and ``for`` scaled (``SCALE``, ``FOR``), as a rules file."""
+    from rlobs.dashboards.alerts import precursor_rules
+    from rlobs.dashboards.model import to_yaml
+
+    rules = precursor_rules(**SCALE)
+    if {r.for_ for r in rules} != {"1m"}:
+        raise ValueError(f"the precursor rules' `for` changed ({sorted({r.for_ for r in rules})}): rescale FOR")
+    doc = {"groups": [{"name": "rlobs-precursors-scaled", "interval": "1s", "rules": [
+        {"alert": r.name, "expr": r.expr, "for": FOR, "labels": r.labels, "annotations": r.annotations()}
+        for r in rules]}]}
+    path.write_text(to_yaml(doc), encoding="utf-8")
+    return path
+
+
+def _seconds(rfc3339: str) -> float:
+    return datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", rfc3339.replace("Z", "+00:00"))).timestamp()
+
+
+def step_at(times: list[float], rfc3339: str) -> int:
+    """Index of the replayed step whose emission last preceded ``rfc3339`` (an alert's activeAt); -1 before any."""
+    at = _seconds(rfc3339)
+    return max((i for i, t in enumerate(times) if t <= at), default=-1)
+
+
+def after_last_step(times: list[float], rfc3339: str) -> bool:
+    """Whether an alert went active only after the replay's last step had had its ``PERIOD``: on a record that no
+    longer grows (its last values held, as a hung trainer's are), not on a run that is stepping."""
+    return bool(times) and _seconds(rfc3339) > times[-1] + PERIOD
+
+
+def _feed(rec: Any, run: Mapping[str, Any], stop: threading.Event, times: list[float]) -> None:
+    for row in run["steps"]:
+        if stop.is_set():
+            return
+        times.append(time.time())  # wall time each step was emitted: which step an alert went active at
+        emit_step(rec, row, correction_cap=run.get("correction_cap"))
+        stop.wait(PERIOD)
+
+
+def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
+           done: Callable[[dict[str, set[str]]], bool] | None = None
+           ) -> tuple[dict[str, set[str]], dict[tuple[str, str], dict], dict[str, list[float]]]:
+    """Replay ``runs`` (name -> {"steps": [...], "correction_cap": ...}) at once into one real Prometheus under
+    ``base`` and watch its alerts until every replay has ended and ``done(seen)`` holds, or until the last step plus
+    ``WAIT_S`` has passed (without ``done``: always that long, so an alert whose window catches up after the last
+    step is seen too). Returns, per run, the alert names that fired; the first
+    firing of each (run, alert), with its ``activeAt``; and the wall time each step was emitted."""
+    import rlobs
+    from rlobs.dashboards.observe import LocalPrometheus
+
+    dirs = {name: base / name for name in runs}
+    stop = threading.Event()
+    recs, threads = {}, []
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    seen: dict[str, set[str]] = {name: set() for name in runs}
+    alerts: dict[tuple[str, str], dict] = {}
+    with LocalPrometheus(list(dirs.values()), port=0, scrape_interval="1s",
+                         rules_file=rules_file(base / "rules.yaml")) as prom:
+        try:
+            for name, run in runs.items():
+                recs[name] = rlobs.init(dirs[name], component="trainer", rank=0, run_id=f"ew-{name}",
+                                        set_global=False, flush_interval=0.2)
+                threads.append(threading.Thread(target=_feed, args=(recs[name], run, stop, times[name]), daemon=True))
+            up_by = time.monotonic() + 60  # file_sd is re-read every 5 s: replay once every target is scraped
+            while time.monotonic() < up_by and len(prom.query('up{run=~"ew-.*"} == 1')) < len(recs):
+                time.sleep(0.5)
+            if len(prom.query('up{run=~"ew-.*"} == 1')) != len(recs):
+                raise RuntimeError(f"Prometheus did not scrape every replayed run within 60 s: {prom.targets()}")
+            time.sleep(2.0)  # a first scrape of every target before step 0
+            for t in threads:
+                t.start()
+            deadline = time.monotonic() + max(len(r["steps"]) for r in runs.values()) * PERIOD + WAIT_S
+            while time.monotonic() < deadline:
+                for a in prom.alerts():
+                    run = a["labels"].get("run", "").removeprefix("ew-")
+                    if run in seen and a.get("state") == "firing":
+                        seen[run].add(a["labels"]["alertname"])
+                        alerts.setdefault((run, a["labels"]["alertname"]), a)  # the first firing: its activeAt
+                if done is not None and not any(t.is_alive() for t in threads) and done(seen):
+                    break
+                time.sleep(0.5)
+        finally:
+            stop.set()
+            for t in threads:
+                t.join(timeout=10)
+            for r in recs.values():
+                r.close()
+    return seen, alerts, times
+
+
+def main() -> None:
+    import tempfile
+
+    from bench import early_warning as ew
+    from rlobs.dashboards.alerts import precursor_rules
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs", required=True, help="the bench/early_warning.py records root")
+    ap.add_argument("--only", required=True, help="comma-separated run names")
+    ap.add_argument("--batch", type=int, default=8, help="runs replayed at once into one Prometheus")
+    ap.add_argument("--out", required=True, help="results stem (.json and .md are written)")
+    args = ap.parse_args()
+    names = [n for n in args.only.split(",") if n]
+    precursors = {alert_name(r.id) for r in precursor_rules()}
+    rows = []
+    for i in range(0, len(names), args.batch):
+        batch = {n: ew.run_signals(Path(args.runs) / n) for n in names[i:i + args.batch]}
+        with tempfile.TemporaryDirectory(prefix="rlobs-ew-live-") as tmp:
+            t0 = time.monotonic()
+            seen, alerts, times = replay(batch, Path(tmp))
+            wall = time.monotonic() - t0
+        for n, run in batch.items():
+            fired = sorted(a for a in seen[n] if a in precursors)
+            rows.append({"name": n, "steps": len(run["steps"]), "fired": fired,
+                         "first_step": {a: run["steps"][max(0, step_at(times[n], alerts[(n, a)]["activeAt"]))]["step"]
+                                        for a in fired},
+                         "after_last_step": [a for a in fired if after_last_step(times[n], alerts[(n, a)]["activeAt"])],
+                         "other_alerts": sorted(seen[n] - precursors), "batch_seconds": round(wall, 1)})
+            print(json.dumps(rows[-1]), flush=True)
+    res = {"what": "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
+                   "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD, "scale": SCALE, "for": FOR,
+           "runs": rows, "runs_with_a_precursor_alert": [r["name"] for r in rows if r["fired"]],
+           "runs_with_one_while_stepping": [r["name"] for r in rows if set(r["fired"]) - set(r["after_last_step"])]}
+    Path(args.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
+    lines = ["# Live precursor alerts (bench/early_warning_live.py)", "",
+             f"{len(rows)} runs replayed from `{args.runs}` into a real Prometheus ({PERIOD:g} s a step, windows "
+             f"{SCALE['recent']} / {SCALE['history']}, for {FOR}); runs with a precursor alert: "
+             f"**{len(res['runs_with_a_precursor_alert'])}**, while the run was stepping: "
+             f"**{len(res['runs_with_one_while_stepping'])}** (the others' alerts went active after the last step, on "
+             "a record whose last values are held)", "",
+             "| run | steps | precursor alerts fired (step; \"after\": only once the record stopped growing) |",
+             "|---|---|---|"]
+    lines += [f"| {r['name']} | {r['steps']} | " + (", ".join(
+        f"{a} ({r['first_step'][a]}{', after' if a in r['after_last_step'] else ''})" for a in r["fired"])
+        or "none") + " |" for r in rows]
+    Path(args.out + ".md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
