@@ -340,6 +340,19 @@ HEALTHY_VARIANTS.update({
 })
 RUN25 = [f"{k}-s{s}" for k in list(HEALTHY_VARIANTS)[-10:] for s in RUN25_SEEDS]
 
+# Twenty-sixth run (5 Dec 2026, registered here before its runs were re-trained): the live alerts across classes.
+# The precursor alert rules were shown to fire on one collapse run each (test_precursor_alerts); how often they fire
+# ahead of the drop across a class, and how late next to the doctor, was never measured. The twenty-fourth run's
+# fresh test (RUN24 plus healthy-s80-85 and healthy-async-s16-19, 38 runs, 60 steps; scored there by the doctor,
+# never replayed live) is trained again (the sync runs reproduce bit for bit, the async ones are new runs of the
+# same settings) and replayed by bench/early_warning_live.py, rules unchanged since 1bf09db. Per run: the first
+# precursor alert that fires while the run is stepping against the bench's drop on the whole record (60 steps).
+# Counted as the doctor's bar is: a class run is detected when an alert fires strictly before its drop; a MIXED run
+# without a drop and every healthy run count against the bar at any alert while stepping (after the last step:
+# reported apart). Reported beside: the doctor's first warning on the same records, and the live lag behind it
+RUN26 = [f"{c}-s{s}" for c, seeds in RUN24.items() for s in seeds] + [f"healthy-s{s}" for s in range(80, 86)] + [
+    f"healthy-async-s{s}" for s in range(16, 20)]
+
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
