@@ -148,6 +148,38 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
     return seen, alerts, times
 
 
+def score(rows: list[dict]) -> dict[str, dict]:
+    """Per class, as ``bench/early_warning.py`` scores the doctor: a run with a drop is detected when a precursor
+    alert fired while it was stepping strictly before the drop (the lead: drop - alert step); a healthy run (with a
+    drop or without), or a mixed class's run without a drop, counts against the bar at any alert while stepping.
+    Beside it: the doctor's detections on the same runs and how many steps the live alert came after the doctor's
+    first warning."""
+    from bench.early_warning import MIXED
+
+    out: dict[str, dict] = {}
+    for r in rows:
+        c = out.setdefault(r["class"], {"runs": 0, "collapsed": 0, "live_detected": 0, "doctor_detected": 0,
+                                        "live_leads": [], "live_lag": [], "healthy": 0, "healthy_alerted": []})
+        c["runs"] += 1
+        live, doc, drop = r["live_first"], r["doctor_first"], r["drop_step"]
+        if r["class"] == "healthy" or (drop is None and r["class"] in MIXED):
+            c["healthy"] += 1
+            if live is not None:
+                c["healthy_alerted"].append(r["name"])
+            continue
+        if drop is None:
+            continue  # a collapse class's run that did not drop: neither detected nor a false alarm
+        c["collapsed"] += 1
+        if live is not None and live < drop:
+            c["live_detected"] += 1
+            c["live_leads"].append(drop - live)
+        if doc is not None and doc < drop:
+            c["doctor_detected"] += 1
+        if live is not None and doc is not None:
+            c["live_lag"].append(live - doc)
+    return out
+
+
 def main() -> None:
     import tempfile
 
@@ -162,25 +194,31 @@ def main() -> None:
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
     precursors = {alert_name(r.id) for r in precursor_rules()}
+    classes = {e["name"]: e["class"] for e in ew.matrix()}
     rows = []
     for i in range(0, len(names), args.batch):
         batch = {n: ew.run_signals(Path(args.runs) / n) for n in names[i:i + args.batch]}
+        doctor = {n: ew.judge(Path(args.runs) / n)["first_warning"] for n in batch}
         with tempfile.TemporaryDirectory(prefix="rlobs-ew-live-") as tmp:
             t0 = time.monotonic()
             seen, alerts, times = replay(batch, Path(tmp))
             wall = time.monotonic() - t0
         for n, run in batch.items():
             fired = sorted(a for a in seen[n] if a in precursors)
-            rows.append({"name": n, "steps": len(run["steps"]), "fired": fired,
-                         "first_step": {a: run["steps"][max(0, step_at(times[n], alerts[(n, a)]["activeAt"]))]["step"]
-                                        for a in fired},
-                         "after_last_step": [a for a in fired if after_last_step(times[n], alerts[(n, a)]["activeAt"])],
-                         "other_alerts": sorted(seen[n] - precursors), "batch_seconds": round(wall, 1)})
+            first = {a: run["steps"][max(0, step_at(times[n], alerts[(n, a)]["activeAt"]))]["step"] for a in fired}
+            after = [a for a in fired if after_last_step(times[n], alerts[(n, a)]["activeAt"])]
+            stepping = [first[a] for a in fired if a not in after]
+            rows.append({"name": n, "class": classes.get(n, "exploratory"), "steps": len(run["steps"]),
+                         "fired": fired, "first_step": first, "after_last_step": after,
+                         "live_first": min(stepping) if stepping else None, "drop_step": run["drop_step"],
+                         "doctor_first": doctor[n], "other_alerts": sorted(seen[n] - precursors),
+                         "batch_seconds": round(wall, 1)})
             print(json.dumps(rows[-1]), flush=True)
     res = {"what": "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
                    "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD, "scale": SCALE, "for": FOR,
            "runs": rows, "runs_with_a_precursor_alert": [r["name"] for r in rows if r["fired"]],
-           "runs_with_one_while_stepping": [r["name"] for r in rows if set(r["fired"]) - set(r["after_last_step"])]}
+           "runs_with_one_while_stepping": [r["name"] for r in rows if set(r["fired"]) - set(r["after_last_step"])],
+           "by_class": score(rows)}
     Path(args.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
     lines = ["# Live precursor alerts (bench/early_warning_live.py)", "",
              f"{len(rows)} runs replayed from `{args.runs}` into a real Prometheus ({PERIOD:g} s a step, windows "
@@ -193,6 +231,13 @@ def main() -> None:
     lines += [f"| {r['name']} | {r['steps']} | " + (", ".join(
         f"{a} ({r['first_step'][a]}{', after' if a in r['after_last_step'] else ''})" for a in r["fired"])
         or "none") + " |" for r in rows]
+    lines += ["", "| class | runs | warned before the drop: live alert | doctor | live leads (steps) | live lag behind the "
+              "doctor (steps) | healthy runs with an alert while stepping |", "|---|---|---|---|---|---|---|"]
+    for cls, c in res["by_class"].items():
+        lines.append(f"| {cls} | {c['runs']} | {c['live_detected']} of {c['collapsed']} | {c['doctor_detected']} of "
+                     f"{c['collapsed']} | {c['live_leads'] or '-'} | {c['live_lag'] or '-'} | "
+                     f"{len(c['healthy_alerted'])} of {c['healthy']}"
+                     + (f" ({', '.join(c['healthy_alerted'])})" if c["healthy_alerted"] else "") + " |")
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -184,3 +184,22 @@ def test_judge_lists_the_whole_doctors_warnings_beside_the_precursors(tmp_path):
         {k: a[k] for k in ("rule", "severity", "step")} for a in collapse["all_rules"]]
     healthy = ew.judge(rebuilt("healthy-s0"))
     assert healthy["first_warning"] is None and healthy["all_rules"] == []
+
+
+def test_live_alerts_are_scored_as_the_doctor_is():
+    """``early_warning_live.score``: an alert while stepping strictly before the drop detects the run (its lead:
+    drop - alert step); one at the drop step does not; a healthy run, even one with a drop, and a mixed class's run
+    without a drop count against the bar at any alert while stepping; the doctor's detections sit beside."""
+    from bench.early_warning_live import score
+
+    def row(name, cls, live, drop, doctor):
+        return {"name": name, "class": cls, "live_first": live, "drop_step": drop, "doctor_first": doctor}
+
+    s = score([row("a", "kl-blow-up", 10, 20, 7), row("b", "kl-blow-up", 20, 20, 12), row("c", "kl-blow-up", None, 30, None),
+               row("d", "kl-blow-up", None, None, None), row("h1", "healthy", 5, 30, None),
+               row("h2", "healthy", None, None, None), row("m", "staleness-no-is-lag4", 9, None, 8)])
+    kl = s["kl-blow-up"]
+    assert (kl["runs"], kl["collapsed"], kl["live_detected"], kl["doctor_detected"]) == (4, 3, 1, 2)
+    assert kl["live_leads"] == [10] and kl["live_lag"] == [3, 8] and kl["healthy"] == 0
+    assert s["healthy"]["healthy"] == 2 and s["healthy"]["healthy_alerted"] == ["h1"]
+    assert s["staleness-no-is-lag4"]["healthy_alerted"] == ["m"] and s["staleness-no-is-lag4"]["collapsed"] == 0
