@@ -16,11 +16,12 @@ is ``DROP`` below the best one before it; a run without such a step did not coll
 (``bench/early_warning_rescore.py``) checked this drop against a ground truth it does not read (held-out success
 20 steps later) and against six stricter candidates; it stayed: on fresh runs it made the fewest errors.
 
-The warning: the seven precursor rules (``rlobs.doctor.rules.precursors``) replayed over the record step by step as
+The warning: the eight precursor rules (``rlobs.doctor.rules.precursors``) replayed over the record step by step as
 it grew (``precursors.replay``: each step judged with only the steps up to it; the rules' detectors are online, so
 this is what ``rlobs doctor --follow`` would have printed at that step). Lead time = drop step - first warning
 step. A class is detected in a run when a warning comes strictly before the drop. Every warning on a healthy run
-counts as a false warning.
+counts as a false warning. The live alerts are scored the same way by ``bench/early_warning_live.py`` (the records
+replayed into a real Prometheus; twenty-sixth run).
 
 Thresholds live in the failure table (``rlobs.failures``); they were chosen or checked with the ``calibration``
 split in view (seeds 0-3 of every class, the first healthy seeds) and the tables report the ``heldout`` split
