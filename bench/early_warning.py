@@ -493,6 +493,7 @@ def relative_drop(evals: list[tuple[int, float]]) -> int | None:
 def judge(run_dir: Path) -> dict:
     from rlobs.doctor import diagnose
     from rlobs.doctor.context import RunContext
+    from rlobs.doctor.model import Severity
     from rlobs.doctor.rules.precursors import PRECURSOR_IDS, heldout, replay, series
     from rlobs.store import open_run
 
@@ -510,7 +511,6 @@ def judge(run_dir: Path) -> dict:
         # the oversized-updates finding names a grader loophole (its training reward far above held-out success)
         loophole = any(e.metric == "training reward over held-out success" for f in report.findings for e in f.evidence)
         # the whole doctor (every rule) on the finished record: what `rlobs doctor RUN` prints at warning or above
-        from rlobs.doctor.model import Severity
         all_rules = [{"rule": f.rule, "severity": str(f.severity), "step": f.first_step, "title": f.title}
                      for f in diagnose(rec).findings if f.severity >= Severity.WARNING]
     finally:

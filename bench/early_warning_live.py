@@ -52,11 +52,6 @@ def emit_step(rec: Any, row: Mapping[str, Any], correction_cap: float | None = N
                  mean_staleness=row.get("staleness"), is_correction_cap=correction_cap)
 
 
-def alert_name(rule_id: str) -> str:
-    """``precursor-kl-creep`` -> ``RlobsPrecursorKlCreep`` (the alert's name for a failure-table id)."""
-    return "Rlobs" + "".join(p.capitalize() for p in rule_id.split("-"))
-
-
 def rules_file(path: Path) -> Path:
     """The committed precursor alert rules, their windows and ``for`` scaled (``SCALE``, ``FOR``), as a rules file."""
     from rlobs.dashboards.alerts import precursor_rules
@@ -193,7 +188,7 @@ def main() -> None:
     ap.add_argument("--out", required=True, help="results stem (.json and .md are written)")
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
-    precursors = {alert_name(r.id) for r in precursor_rules()}
+    precursors = {r.name for r in precursor_rules()}
     classes = {e["name"]: e["class"] for e in ew.matrix()}
     rows = []
     for i in range(0, len(names), args.batch):

@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from bench.early_warning_live import alert_name as _name
 from bench.early_warning_live import replay, step_at
 from rlobs.dashboards.alerts import precursor_rules, runbook_url
 from rlobs.failures import FAILURES
@@ -29,6 +28,7 @@ from ..dashboards.conftest import need
 pytestmark = pytest.mark.slow
 
 DATA = Path(__file__).with_name("data") / "collapse_runs.json"
+ALERT = {r.id: r.name for r in precursor_rules()}  # failure-table id -> its alert's name
 
 
 @pytest.fixture(scope="module")
@@ -44,15 +44,15 @@ def replayed(tmp_path_factory):
 
 
 def _expected_seen(data: dict, seen: dict[str, set[str]]) -> bool:
-    return all(_name(fid) in seen[run] for run, r in data["runs"].items() for fid in r.get("expect", []))
+    return all(ALERT[fid] in seen[run] for run, r in data["runs"].items() for fid in r.get("expect", []))
 
 
 def test_every_precursor_alert_fires_on_a_real_collapse_run(replayed):
     data, seen, alerts, _ = replayed
     for run, r in data["runs"].items():
         for fid in r.get("expect", []):
-            assert _name(fid) in seen[run], f"{fid} did not fire on {run} ({r['what']}); fired: {sorted(seen[run])}"
-            a = alerts[(run, _name(fid))]
+            assert ALERT[fid] in seen[run], f"{fid} did not fire on {run} ({r['what']}); fired: {sorted(seen[run])}"
+            a = alerts[(run, ALERT[fid])]
             assert a["labels"]["severity"] == "warning" and a["labels"]["runbook"] == fid
             assert a["annotations"]["runbook_url"] == runbook_url(fid)
             assert (Path(__file__).resolve().parents[2] / "runbooks" / f"{fid}.md").is_file()
@@ -78,7 +78,7 @@ def test_oversized_updates_fire_live_from_the_first_steps(replayed):
     data, _, alerts, times = replayed
     run = "lr-too-high-s5"
     early = FAILURES["precursor-oversized-updates"].thresholds["early_steps"]
-    a = alerts.get((run, _name("precursor-oversized-updates")))
+    a = alerts.get((run, ALERT["precursor-oversized-updates"]))
     assert a is not None, f"no oversized-updates alert on {run}"
     step = data["runs"][run]["steps"][step_at(times[run], a["activeAt"])]["step"]
     assert step < early, (step, a["activeAt"])
