@@ -354,6 +354,34 @@ RUN25 = [f"{k}-s{s}" for k in list(HEALTHY_VARIANTS)[-10:] for s in RUN25_SEEDS]
 RUN26 = [f"{c}-s{s}" for c, seeds in RUN24.items() for s in seeds] + [f"healthy-s{s}" for s in range(80, 86)] + [
     f"healthy-async-s{s}" for s in range(16, 20)]
 
+# Twenty-seventh run (5 Dec 2026, registered here before any of its runs was trained): the live reward-hacking alert
+# read by steps. The twenty-fifth and twenty-sixth runs showed RlobsPrecursorRewardHacking firing where the doctor's
+# rule does not: after healthy-ppo2 s102's last step (its "recent mean" over minutes was one held step) and on the
+# rebounds of two honest-grader collapses (lr s88, warm-up s25; kl s28 after its last step): the alert measured the
+# reward against its low decile of the hour before, the doctor against the run's first steps. The change (committed
+# before these runs are scored; its numbers are the failure table's, none chosen on any run): the Prometheus sink
+# exports the doctor's own levels as gauges (the mean of the last `smooth` steps, the mean of the process's first
+# `smooth` steps, the first held-out evaluation; the same for the audit gap), and the alert compares those.
+# Seen before (regression, not held out): lr-too-high-s88, lr-warmup-too-high-s25, kl-blow-up-s28, healthy-ppo2-s102.
+# Fresh, their number fixed here, 60 steps: reward-hacking 110-115, reward-hacking-control 110-113 (mixed),
+# lr-too-high 110-113, lr-warmup-too-high 110-113, kl-blow-up 110-113, healthy 110-115, healthy-ppo2 110-113.
+# Every run is replayed live under the rules before the change (5f9ff27) and after it, same records. Stated before
+# training: counted for the reward-hacking alert alone, per rule set: (a) runs where it fires at all, stepping or
+# after the last step, outside the reward-hacking class and where the doctor's reward-hacking rule does not warn
+# (false or misnamed pages), (b) reward-hacking runs where it fires while stepping, next to the doctor's rule.
+# The change stays if (a) is 0 on the fresh runs and (b) is at least the old alert's count less one; otherwise it
+# is reverted and reported. The other precursor alerts are unchanged and scored as before (score()).
+RUN27_SEEN = ["lr-too-high-s88", "lr-warmup-too-high-s25", "kl-blow-up-s28", "healthy-ppo2-s102"]
+RUN27 = {"reward-hacking": tuple(range(110, 116)), "reward-hacking-control": tuple(range(110, 114)),
+         "lr-too-high": tuple(range(110, 114)), "lr-warmup-too-high": tuple(range(110, 114)),
+         "kl-blow-up": tuple(range(110, 114))}
+HELDOUT_EXTRA = {k: v + RUN27.get(k, ()) for k, v in HELDOUT_EXTRA.items()}
+HEALTHY_SEEDS["heldout"] += tuple(range(110, 116))
+_what, _args, _seeds, _steps = HEALTHY_VARIANTS["healthy-ppo2"]
+HEALTHY_VARIANTS["healthy-ppo2"] = (_what, _args, _seeds + tuple(range(110, 114)), _steps)
+RUN27_FRESH = ([f"{c}-s{s}" for c, seeds in RUN27.items() for s in seeds] + [f"healthy-s{s}" for s in range(110, 116)]
+               + [f"healthy-ppo2-s{s}" for s in range(110, 114)])
+
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
