@@ -175,6 +175,25 @@ def score(rows: list[dict]) -> dict[str, dict]:
     return out
 
 
+def one_alert(rows: list[dict], alert: str, rule: str, cls: str) -> dict:
+    """One alert against its own doctor rule, per run: where it fired outside ``cls`` on a run the doctor's ``rule``
+    did not warn (while stepping or after the last step: a false or misnamed page either way), and on ``cls``'s runs
+    where it fired while stepping, beside the doctor's rule (``rows``: ``main``'s, with ``doctor_per_rule``)."""
+    stray, hits, doctor_hits, members = [], [], [], []
+    for r in rows:
+        fired = alert in r["fired"]
+        stepping = fired and alert not in r["after_last_step"]
+        if r["class"] == cls:
+            members.append(r["name"])
+            hits += [r["name"]] if stepping else []
+            doctor_hits += [r["name"]] if r["doctor_per_rule"].get(rule) is not None else []
+        elif fired and r["doctor_per_rule"].get(rule) is None:
+            stray.append({"name": r["name"], "class": r["class"], "step": r["first_step"][alert],
+                          "after_last_step": not stepping})
+    return {"alert": alert, "rule": rule, "class": cls, "class_runs": members, "fired_while_stepping": hits,
+            "doctor_warned": doctor_hits, "stray": stray}
+
+
 def main() -> None:
     import tempfile
 
@@ -186,6 +205,9 @@ def main() -> None:
     ap.add_argument("--only", required=True, help="comma-separated run names")
     ap.add_argument("--batch", type=int, default=8, help="runs replayed at once into one Prometheus")
     ap.add_argument("--out", required=True, help="results stem (.json and .md are written)")
+    ap.add_argument("--one", action="append", default=[], metavar="ALERT:RULE:CLASS",
+                    help="also score one alert against its doctor rule and class (one_alert), e.g. "
+                         "RlobsPrecursorRewardHacking:precursor-reward-hacking:reward-hacking")
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
     precursors = {r.name for r in precursor_rules()}
@@ -193,7 +215,7 @@ def main() -> None:
     rows = []
     for i in range(0, len(names), args.batch):
         batch = {n: ew.run_signals(Path(args.runs) / n) for n in names[i:i + args.batch]}
-        doctor = {n: ew.judge(Path(args.runs) / n)["first_warning"] for n in batch}
+        doctor = {n: ew.judge(Path(args.runs) / n) for n in batch}
         with tempfile.TemporaryDirectory(prefix="rlobs-ew-live-") as tmp:
             t0 = time.monotonic()
             seen, alerts, times = replay(batch, Path(tmp))
@@ -206,14 +228,16 @@ def main() -> None:
             rows.append({"name": n, "class": classes.get(n, "exploratory"), "steps": len(run["steps"]),
                          "fired": fired, "first_step": first, "after_last_step": after,
                          "live_first": min(stepping) if stepping else None, "drop_step": run["drop_step"],
-                         "doctor_first": doctor[n], "other_alerts": sorted(seen[n] - precursors),
+                         "doctor_first": doctor[n]["first_warning"],
+                         "doctor_per_rule": {k: v for k, v in doctor[n]["per_rule"].items() if v is not None},
+                         "other_alerts": sorted(seen[n] - precursors),
                          "batch_seconds": round(wall, 1)})
             print(json.dumps(rows[-1]), flush=True)
     res = {"what": "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
                    "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD, "scale": SCALE, "for": FOR,
            "runs": rows, "runs_with_a_precursor_alert": [r["name"] for r in rows if r["fired"]],
            "runs_with_one_while_stepping": [r["name"] for r in rows if set(r["fired"]) - set(r["after_last_step"])],
-           "by_class": score(rows)}
+           "by_class": score(rows), "one_alert": [one_alert(rows, *spec.split(":")) for spec in args.one]}
     Path(args.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
     lines = ["# Live precursor alerts (bench/early_warning_live.py)", "",
              f"{len(rows)} runs replayed from `{args.runs}` into a real Prometheus ({PERIOD:g} s a step, windows "
@@ -233,6 +257,13 @@ def main() -> None:
                      f"{c['collapsed']} | {c['live_leads'] or '-'} | {c['live_lag'] or '-'} | "
                      f"{len(c['healthy_alerted'])} of {c['healthy']}"
                      + (f" ({', '.join(c['healthy_alerted'])})" if c["healthy_alerted"] else "") + " |")
+    for o in res["one_alert"]:
+        lines += ["", f"**{o['alert']}** against the doctor's `{o['rule']}`: on the {len(o['class_runs'])} "
+                  f"{o['class']} runs it fired while stepping on {len(o['fired_while_stepping'])} (the doctor's rule "
+                  f"warned on {len(o['doctor_warned'])}); elsewhere, on a run the doctor's rule did not warn, it fired "
+                  f"on {len(o['stray'])}" + (": " + ", ".join(
+                      f"{x['name']} (step {x['step']}{', after the last step' if x['after_last_step'] else ''})"
+                      for x in o["stray"]) if o["stray"] else "")]
     Path(args.out + ".md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 

@@ -203,3 +203,25 @@ def test_live_alerts_are_scored_as_the_doctor_is():
     assert kl["live_leads"] == [10] and kl["live_lag"] == [3, 8] and kl["healthy"] == 0
     assert s["healthy"]["healthy"] == 2 and s["healthy"]["healthy_alerted"] == ["h1"]
     assert s["staleness-no-is-lag4"]["healthy_alerted"] == ["m"] and s["staleness-no-is-lag4"]["collapsed"] == 0
+
+
+def test_one_alert_counts_stray_pages_and_its_class_beside_its_doctor_rule():
+    from bench.early_warning_live import one_alert
+
+    A, R = "RlobsPrecursorRewardHacking", "precursor-reward-hacking"
+
+    def row(name, cls, fired=(), after=(), doctor=None):
+        return {"name": name, "class": cls, "fired": list(fired), "after_last_step": list(after),
+                "first_step": {a: 7 for a in fired}, "doctor_per_rule": {R: doctor} if doctor is not None else {}}
+
+    rows = [row("h1", "reward-hacking", [A], doctor=9), row("h2", "reward-hacking", [A], [A]),
+            row("h3", "reward-hacking", doctor=12),
+            row("lr1", "lr-too-high", [A]), row("lr2", "lr-too-high", [A], doctor=30),
+            row("ok1", "healthy", [A], [A]), row("ok2", "healthy", ["RlobsPrecursorKlCreep"])]
+    got = one_alert(rows, A, R, "reward-hacking")
+    assert got["class_runs"] == ["h1", "h2", "h3"]
+    assert got["fired_while_stepping"] == ["h1"]  # h2's came after its last step: not counted for the class
+    assert got["doctor_warned"] == ["h1", "h3"]
+    # lr2's page is the doctor's finding too (not stray); a page after the last step still counts as stray
+    assert got["stray"] == [{"name": "lr1", "class": "lr-too-high", "step": 7, "after_last_step": False},
+                            {"name": "ok1", "class": "healthy", "step": 7, "after_last_step": True}]
