@@ -381,6 +381,31 @@ _what, _args, _seeds, _steps = HEALTHY_VARIANTS["healthy-ppo2"]
 HEALTHY_VARIANTS["healthy-ppo2"] = (_what, _args, _seeds + tuple(range(110, 114)), _steps)
 RUN27_FRESH = ([f"{c}-s{s}" for c, seeds in RUN27.items() for s in seeds] + [f"healthy-s{s}" for s in range(110, 116)]
                + [f"healthy-ppo2-s{s}" for s in range(110, 114)])
+# Scored once (bench/results/early_warning_run27_live*.md): the change fired on all 6 fresh hacking runs (the doctor's
+# rule: 6) and strayed once, lr-too-high s111 at step 17 (a 2-step blip; the doctor's rule asks two held-out
+# evaluations running); the alert as it was strayed 8 times on the same records. Bar missed: reverted (6e345e1).
+
+# Twenty-eighth run (5 Dec 2026, registered here before any of its runs was trained): the twenty-seventh run's change
+# again, with a persistence: `for: 10m` instead of 1m (5 steps at 2 minutes a step; the replay scales `for` as it
+# scales the windows, 10m -> 5 s, 1m -> 1 s at least). Chosen on the twenty-seventh run's records (now seen): the
+# condition, judged step by step, held 4 steps running at most on lr-too-high s111 and 5+ on every hacking run
+# (first at steps 13-17 against 10-14 for 1 step); test_precursor_alerts' hacking runs hold it 5+ steps. Fresh,
+# their number fixed here, 60 steps: reward-hacking 116-121, reward-hacking-control 114-117 (mixed), lr-too-high
+# 114-117, lr-warmup-too-high 114-117, kl-blow-up 114-117, healthy 116-121, healthy-ppo2 114-117: 32 runs, replayed
+# under the new rule. Stated before training, for the reward-hacking alert: (a) pages (stepping or after the last
+# step) outside the reward-hacking class on a run the doctor's rule does not warn: 0; (b) reward-hacking runs where
+# it fires while stepping: at least the doctor's rule's count on the same runs less one. Both hold: the change lands;
+# either fails: it stays reverted and is reported. The alert as it was is replayed on the same records beside it if
+# time allows (reported, not part of the bar)
+RUN28 = {"reward-hacking": tuple(range(116, 122)), "reward-hacking-control": tuple(range(114, 118)),
+         "lr-too-high": tuple(range(114, 118)), "lr-warmup-too-high": tuple(range(114, 118)),
+         "kl-blow-up": tuple(range(114, 118))}
+HELDOUT_EXTRA = {k: v + RUN28.get(k, ()) for k, v in HELDOUT_EXTRA.items()}
+HEALTHY_SEEDS["heldout"] += tuple(range(116, 122))
+_what, _args, _seeds, _steps = HEALTHY_VARIANTS["healthy-ppo2"]
+HEALTHY_VARIANTS["healthy-ppo2"] = (_what, _args, _seeds + tuple(range(114, 118)), _steps)
+RUN28_FRESH = ([f"{c}-s{s}" for c, seeds in RUN28.items() for s in seeds] + [f"healthy-s{s}" for s in range(116, 122)]
+               + [f"healthy-ppo2-s{s}" for s in range(114, 118)])
 
 
 def _flags(run_dir: Path) -> list[str]:
