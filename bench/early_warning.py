@@ -406,6 +406,30 @@ _what, _args, _seeds, _steps = HEALTHY_VARIANTS["healthy-ppo2"]
 HEALTHY_VARIANTS["healthy-ppo2"] = (_what, _args, _seeds + tuple(range(114, 118)), _steps)
 RUN28_FRESH = ([f"{c}-s{s}" for c, seeds in RUN28.items() for s in seeds] + [f"healthy-s{s}" for s in range(116, 122)]
                + [f"healthy-ppo2-s{s}" for s in range(114, 118)])
+# Scored once (bench/results/early_warning_run28_live.md): 6 of 6 hacking runs, no control, healthy or KL run, and one
+# stray: lr-too-high s115, pending at its last step (the condition held on that one step) and firing on the held
+# levels after it. A time-based persistence is met by a held state. Bar missed: reverted (8af1261).
+
+# Twenty-ninth run (5 Dec 2026, registered here before any of its runs was trained): the twenty-eighth run's change
+# with a stepping gate: the alert holds only while the trainer's last step is at most 3 of its own step intervals old
+# (the no-progress alert's yardstick: optimiser plus data-wait seconds per step over the last hour; 3 < `for` 10m /
+# 2-minute steps, so a trainer that stops cannot complete the `for` on its held levels; a trainer that exports no step
+# time is not gated). The multiple is set by that arithmetic, not chosen on any run. The replay emits its step time
+# (one PERIOD a step). Fresh, their number fixed here, 60 steps: reward-hacking 122-127, reward-hacking-control
+# 118-121 (mixed), lr-too-high 118-121, lr-warmup-too-high 118-121, kl-blow-up 118-121, healthy 122-127, healthy-ppo2
+# 118-121: 32 runs. The bar, stated before training, is the twenty-eighth run's: (a) 0 pages outside the
+# reward-hacking class on a run the doctor's rule does not warn (stepping or after the last step); (b) reward-hacking
+# runs fired on while stepping at least the doctor's rule's count less one. Both hold: it lands; else it stays
+# reverted and is reported. Not finished (trained and replayed) by 11:45 UTC: not scored, reported as not run
+RUN29 = {"reward-hacking": tuple(range(122, 128)), "reward-hacking-control": tuple(range(118, 122)),
+         "lr-too-high": tuple(range(118, 122)), "lr-warmup-too-high": tuple(range(118, 122)),
+         "kl-blow-up": tuple(range(118, 122))}
+HELDOUT_EXTRA = {k: v + RUN29.get(k, ()) for k, v in HELDOUT_EXTRA.items()}
+HEALTHY_SEEDS["heldout"] += tuple(range(122, 128))
+_what, _args, _seeds, _steps = HEALTHY_VARIANTS["healthy-ppo2"]
+HEALTHY_VARIANTS["healthy-ppo2"] = (_what, _args, _seeds + tuple(range(118, 122)), _steps)
+RUN29_FRESH = ([f"{c}-s{s}" for c, seeds in RUN29.items() for s in seeds] + [f"healthy-s{s}" for s in range(122, 128)]
+               + [f"healthy-ppo2-s{s}" for s in range(118, 122)])
 
 
 def _flags(run_dir: Path) -> list[str]:
