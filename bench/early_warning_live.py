@@ -7,8 +7,8 @@ Each named run's record (a ``bench/early_warning.py`` run) is read back to its p
 and writes its file_sd target, as a trainer does), one step per ``PERIOD`` seconds, scraped every second by
 Debian's Prometheus (``LocalPrometheus``), which evaluates the precursor rules of
 ``rlobs.dashboards.alerts.precursor_rules``: the committed expressions and thresholds with their time windows
-scaled (``SCALE``: the last 10 min vs the hour before become 5 s vs 30 s; ``for`` 1 min becomes 1 s), so a replayed
-step stands for two minutes of a real run. A batch of runs shares one Prometheus; every precursor alert that fires
+scaled (``SCALE``: the last 10 min vs the hour before become 5 s vs 30 s; ``for`` likewise, at least 1 s: 1 min
+becomes 1 s, 10 min 5 s), so a replayed step stands for two minutes of a real run. A batch of runs shares one Prometheus; every precursor alert that fires
 for a run is listed with the step it went active at. ``tests/early_warning/test_precursor_alerts.py`` drives the
 same replay on the extracted runs of ``tests/early_warning/data``.
 """
@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 PERIOD = 1.0  # seconds per replayed step
 SCALE = {"recent": "5s", "history": "30s"}
-FOR = "1s"  # the rules' `for: 1m`, scaled like their windows
+REAL_SECONDS_PER_SECOND = 120  # the windows' scale: the last 10 min -> 5 s, a replayed step stands for two minutes
 WAIT_S = 30.0  # after the last step: the alerts' windows and `for` catching up
 
 
@@ -40,7 +40,8 @@ def emit_step(rec: Any, row: Mapping[str, Any], correction_cap: float | None = N
     recorded it (``correction_cap``: the run's importance-correction cap, recorded on its staleness events)."""
     rec.set_step(int(row["step"]))
     rec.emit("train_step", loss=0.0, grad_norm=row.get("grad_norm"), reward_mean=row.get("reward"),
-             entropy=row.get("entropy"), kl=row.get("kl"), policy_kl=row.get("policy_kl"), lr=row.get("lr"))
+             entropy=row.get("entropy"), kl=row.get("kl"), policy_kl=row.get("policy_kl"), lr=row.get("lr"),
+             step_seconds=PERIOD)  # the replay's step time: one step a PERIOD (the alerts' yardstick of a stall)
     if row.get("heldout") is not None:  # a held-out evaluation after this step (trainer_ref's driver emits it)
         rec.emit("scalar", name="eval_reward_mean", value=row["heldout"], source="trainer_ref")
     if row.get("audit_gap") is not None:  # the grader audit of the step's samples (trainer_ref's driver emits it)
@@ -52,17 +53,25 @@ def emit_step(rec: Any, row: Mapping[str, Any], correction_cap: float | None = N
                  mean_staleness=row.get("staleness"), is_correction_cap=correction_cap)
 
 
+def scaled_for(for_: str) -> str:
+    """A rule's ``for`` on the replay's clock: scaled as the windows are (``REAL_SECONDS_PER_SECOND``), at least one
+    second (the rules are evaluated every second): 1m -> 1s, 10m -> 5s."""
+    m = re.fullmatch(r"(\d+)([smh])", for_)
+    if m is None:
+        raise ValueError(f"a precursor rule's `for` {for_!r} is not a single duration (30s, 1m, 10m, 1h)")
+    real = int(m[1]) * {"s": 1, "m": 60, "h": 3600}[m[2]]
+    return f"{max(1, round(real / REAL_SECONDS_PER_SECOND))}s"
+
+
 def rules_file(path: Path) -> Path:
-    """The committed precursor alert rules, their windows and ``for`` scaled (``SCALE``, ``FOR``), as a rules file."""
+    """The committed precursor alert rules, their windows and ``for`` scaled (``SCALE``, ``scaled_for``), as a rules
+    file."""
     from rlobs.dashboards.alerts import precursor_rules
     from rlobs.dashboards.model import to_yaml
 
-    rules = precursor_rules(**SCALE)
-    if {r.for_ for r in rules} != {"1m"}:
-        raise ValueError(f"the precursor rules' `for` changed ({sorted({r.for_ for r in rules})}): rescale FOR")
     doc = {"groups": [{"name": "rlobs-precursors-scaled", "interval": "1s", "rules": [
-        {"alert": r.name, "expr": r.expr, "for": FOR, "labels": r.labels, "annotations": r.annotations()}
-        for r in rules]}]}
+        {"alert": r.name, "expr": r.expr, "for": scaled_for(r.for_), "labels": r.labels, "annotations": r.annotations()}
+        for r in precursor_rules(**SCALE)]}]}
     path.write_text(to_yaml(doc), encoding="utf-8")
     return path
 
@@ -234,14 +243,16 @@ def main() -> None:
                          "batch_seconds": round(wall, 1)})
             print(json.dumps(rows[-1]), flush=True)
     res = {"what": "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
-                   "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD, "scale": SCALE, "for": FOR,
+                   "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD, "scale": SCALE,
+           "for": {r.name: scaled_for(r.for_) for r in precursor_rules()},
            "runs": rows, "runs_with_a_precursor_alert": [r["name"] for r in rows if r["fired"]],
            "runs_with_one_while_stepping": [r["name"] for r in rows if set(r["fired"]) - set(r["after_last_step"])],
            "by_class": score(rows), "one_alert": [one_alert(rows, *spec.split(":")) for spec in args.one]}
     Path(args.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
     lines = ["# Live precursor alerts (bench/early_warning_live.py)", "",
              f"{len(rows)} runs replayed from `{args.runs}` into a real Prometheus ({PERIOD:g} s a step, windows "
-             f"{SCALE['recent']} / {SCALE['history']}, for {FOR}); runs with a precursor alert: "
+             f"{SCALE['recent']} / {SCALE['history']}, for {', '.join(sorted(set(res['for'].values())))}); runs with a "
+             "precursor alert: "
              f"**{len(res['runs_with_a_precursor_alert'])}**, while the run was stepping: "
              f"**{len(res['runs_with_one_while_stepping'])}** (the others' alerts went active after the last step, on "
              "a record whose last values are held)", "",

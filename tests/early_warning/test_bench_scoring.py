@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import sys
+
+import pytest
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -225,3 +227,13 @@ def test_one_alert_counts_stray_pages_and_its_class_beside_its_doctor_rule():
     # lr2's page is the doctor's finding too (not stray); a page after the last step still counts as stray
     assert got["stray"] == [{"name": "lr1", "class": "lr-too-high", "step": 7, "after_last_step": False},
                             {"name": "ok1", "class": "healthy", "step": 7, "after_last_step": True}]
+
+
+def test_the_replay_scales_each_rules_for_as_it_scales_the_windows():
+    from bench.early_warning_live import SCALE, scaled_for
+
+    assert SCALE == {"recent": "5s", "history": "30s"}  # 10 min -> 5 s, 1 h -> 30 s: 120 real seconds a second
+    assert scaled_for("10m") == "5s" and scaled_for("1h") == "30s"
+    assert scaled_for("1m") == "1s" and scaled_for("30s") == "1s"  # at least one rule evaluation
+    with pytest.raises(ValueError, match="single duration"):
+        scaled_for("1m30s")
