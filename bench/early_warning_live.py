@@ -80,10 +80,16 @@ def _seconds(rfc3339: str) -> float:
     return datetime.fromisoformat(re.sub(r"(\.\d{6})\d*", r"\1", rfc3339.replace("Z", "+00:00"))).timestamp()
 
 
-def step_at(times: list[float], rfc3339: str) -> int:
-    """Index of the replayed step whose emission last preceded ``rfc3339`` (an alert's activeAt); -1 before any."""
-    at = _seconds(rfc3339)
+def step_at(times: list[float], rfc3339: str, later_s: float = 0.0) -> int:
+    """Index of the replayed step whose emission last preceded ``rfc3339`` (an alert's activeAt: when it went
+    pending) plus ``later_s`` (its scaled ``for``: when it fired); -1 before any."""
+    at = _seconds(rfc3339) + later_s
     return max((i for i, t in enumerate(times) if t <= at), default=-1)
+
+
+def for_seconds(for_: str) -> float:
+    """A scaled ``for`` (``scaled_for``'s "5s") in seconds."""
+    return float(scaled_for(for_).removesuffix("s"))
 
 
 def after_last_step(times: list[float], rfc3339: str) -> bool:
@@ -220,6 +226,7 @@ def main() -> None:
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
     precursors = {r.name for r in precursor_rules()}
+    fors = {r.name: r.for_ for r in precursor_rules()}
     classes = {e["name"]: e["class"] for e in ew.matrix()}
     rows = []
     for i in range(0, len(names), args.batch):
@@ -232,10 +239,14 @@ def main() -> None:
         for n, run in batch.items():
             fired = sorted(a for a in seen[n] if a in precursors)
             first = {a: run["steps"][max(0, step_at(times[n], alerts[(n, a)]["activeAt"]))]["step"] for a in fired}
+            # the step at which it paged (pending + its scaled `for`); the stepping / after split and the scores
+            # read the pending step, as they did before rules had a `for` longer than a step
+            paged = {a: run["steps"][max(0, step_at(times[n], alerts[(n, a)]["activeAt"], for_seconds(fors[a])))]["step"]
+                     for a in fired}
             after = [a for a in fired if after_last_step(times[n], alerts[(n, a)]["activeAt"])]
             stepping = [first[a] for a in fired if a not in after]
             rows.append({"name": n, "class": classes.get(n, "exploratory"), "steps": len(run["steps"]),
-                         "fired": fired, "first_step": first, "after_last_step": after,
+                         "fired": fired, "first_step": first, "paged_step": paged, "after_last_step": after,
                          "live_first": min(stepping) if stepping else None, "drop_step": run["drop_step"],
                          "doctor_first": doctor[n]["first_warning"],
                          "doctor_per_rule": {k: v for k, v in doctor[n]["per_rule"].items() if v is not None},
@@ -256,10 +267,13 @@ def main() -> None:
              f"**{len(res['runs_with_a_precursor_alert'])}**, while the run was stepping: "
              f"**{len(res['runs_with_one_while_stepping'])}** (the others' alerts went active after the last step, on "
              "a record whose last values are held)", "",
-             "| run | steps | precursor alerts fired (step; \"after\": only once the record stopped growing) |",
+             "| run | steps | precursor alerts fired (the step it went pending, and paged where later; \"after\": "
+             "pending only once the record stopped growing) |",
              "|---|---|---|"]
     lines += [f"| {r['name']} | {r['steps']} | " + (", ".join(
-        f"{a} ({r['first_step'][a]}{', after' if a in r['after_last_step'] else ''})" for a in r["fired"])
+        f"{a} ({r['first_step'][a]}"
+        + (f", paged at {r['paged_step'][a]}" if r["paged_step"][a] != r["first_step"][a] else "")
+        + f"{', after' if a in r['after_last_step'] else ''})" for a in r["fired"])
         or "none") + " |" for r in rows]
     lines += ["", "| class | runs | warned before the drop: live alert | doctor | live leads (steps) | live lag behind the "
               "doctor (steps) | healthy runs with an alert while stepping |", "|---|---|---|---|---|---|---|"]

@@ -237,3 +237,15 @@ def test_the_replay_scales_each_rules_for_as_it_scales_the_windows():
     assert scaled_for("1m") == "1s" and scaled_for("30s") == "1s"  # at least one rule evaluation
     with pytest.raises(ValueError, match="single duration"):
         scaled_for("1m30s")
+
+
+def test_an_alert_pages_its_scaled_for_after_it_went_pending():
+    from datetime import datetime, timezone
+
+    from bench.early_warning_live import for_seconds, step_at
+
+    times = [1000.0 + i for i in range(10)]  # one step a second
+    pending = datetime.fromtimestamp(1003.5, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    assert step_at(times, pending) == 3  # went pending after step 3 was emitted
+    assert for_seconds("10m") == 5.0 and step_at(times, pending, for_seconds("10m")) == 8  # paged 5 s later
+    assert step_at(times, pending, for_seconds("1m")) == 4
