@@ -52,8 +52,6 @@ DEFAULT_BUCKETS = {
 # The doctor's precursor rules and the live gauges read the same names
 HELDOUT_SCALARS = ("rlobs/heldout_success", "eval_reward_mean")
 AUDIT_SCALARS = ("rlobs/grader_audit_gap", "grader_audit_gap")
-# steps in a reward-hacking level (the doctor's precursor-reward-hacking `smooth`; tests/test_catalogue checks they agree)
-LEVEL_STEPS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +68,6 @@ class Source:
     # "set": no series until an event carries a value (where the default 0 of an unset gauge would be a claim:
     # a correction cap of 0 reads "no correction")
     absent_until_set: bool = False
-    # "set" of a level over steps, kept by the sink per series: ("last", n) the mean of the last n finite values,
-    # ("first", n) the mean of the first n this process saw (then fixed); no series before n values. The doctor reads
-    # a run's levels by steps; a gauge scraped over minutes weighs each value by how long it was held (a hung trainer's
-    # last step fills a window), so where an alert compares levels the sink keeps them by steps
-    mean_of: tuple[str, int] | None = None
 
     def matches(self, fields: Mapping[str, Any]) -> bool:
         """Whether an event's fields pass ``where`` (a tuple value: any of them)."""
@@ -135,8 +128,6 @@ class MetricSpec:
             raise ValueError(f"metric {n!r}: op {s.op!r} does not fit a {self.type}; valid: {OPS_BY_TYPE[self.type]}")
         if (s.field is None) != (s.op == "count"):
             raise ValueError(f"metric {n!r}: op {s.op!r} {'needs' if s.op != 'count' else 'takes no'} value field")
-        if s.mean_of is not None and (s.op != "set" or s.mean_of[0] not in ("last", "first") or s.mean_of[1] < 1):
-            raise ValueError(f"metric {n!r}: mean_of is ('last' | 'first', n >= 1) on a 'set' source, not {s.mean_of!r}")
         for f in [s.field, *s.labels.values(), *s.where]:
             if f is not None and f not in known:
                 raise ValueError(f"metric {n!r}: field {f!r} not in kind {s.kind!r}")
@@ -352,28 +343,6 @@ METRICS: tuple[MetricSpec, ...] = (
        "graded batch (scalar rlobs/grader_audit_gap, or trainer_ref's grader_audit_gap): a shaped reward's partial credit shrinks as the "
        "policy learns, a loophole's grows.", (),
        S("scalar", "set", "value", where={"name": AUDIT_SCALARS}, finite_only=True, absent_until_set=True)),
-    # the reward-hacking levels (issue 18), by steps as the doctor's rule reads them: the last `smooth` steps against
-    # the first `smooth` (this process's: a process resumed from a checkpoint starts its early level again), and the
-    # first held-out evaluation
-    _m("rlobs_reward_recent_mean", "gauge", "1",
-       f"Mean training reward of the last {LEVEL_STEPS} optimiser steps (absent before {LEVEL_STEPS}): the doctor's "
-       "recent level, by steps.", (),
-       S("train_step", "set", "reward_mean", finite_only=True, mean_of=("last", LEVEL_STEPS))),
-    _m("rlobs_reward_early_mean", "gauge", "1",
-       f"Mean training reward of this process's first {LEVEL_STEPS} optimiser steps (absent before): the early level "
-       "the reward-hacking alert measures a climb from.", (),
-       S("train_step", "set", "reward_mean", finite_only=True, mean_of=("first", LEVEL_STEPS))),
-    _m("rlobs_heldout_success_first", "gauge", "1",
-       "Held-out success of this process's first evaluation (scalar rlobs/heldout_success, or trainer_ref's "
-       "eval_reward_mean): what held-out success gained since.", (),
-       S("scalar", "set", "value", where={"name": HELDOUT_SCALARS}, finite_only=True, mean_of=("first", 1))),
-    _m("rlobs_grader_audit_gap_recent_mean", "gauge", "1",
-       f"Mean grader audit gap (training reward - audit grader, same samples) of the last {LEVEL_STEPS} audited "
-       "batches (absent before).", (),
-       S("scalar", "set", "value", where={"name": AUDIT_SCALARS}, finite_only=True, mean_of=("last", LEVEL_STEPS))),
-    _m("rlobs_grader_audit_gap_early_mean", "gauge", "1",
-       f"Mean grader audit gap of this process's first {LEVEL_STEPS} audited batches (absent before).", (),
-       S("scalar", "set", "value", where={"name": AUDIT_SCALARS}, finite_only=True, mean_of=("first", LEVEL_STEPS))),
     _m("rlobs_policy_update_kl", "gauge", "1",
        "How far the last optimiser step moved the policy: KL(before || after) per token on the step's re-scored "
        "samples (k3; weighted by p_before / p_behaviour when an older policy sampled them).", (),

@@ -513,8 +513,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
     g, e, i, k, z = (th("precursor-grad-norm-drift"), th("precursor-entropy-decline"),
                      th("precursor-importance-truncation"), th("precursor-kl-creep"), th("precursor-zero-std-rising"))
     u, o = th("precursor-uncorrected-off-policy"), th("precursor-oversized-updates")
-    HACK = "precursor-reward-hacking"
-    h = th(HACK)
+    h = th("precursor-reward-hacking")
     win = f"the last {recent} vs the {history} before"
     # the KL rule's rate (the doctor: since the run's first step): the rise of the recent median over the lowest
     # reading of the window before, per optimiser step taken over both windows (a run younger than them: since its
@@ -560,36 +559,22 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
     heldout_climbed = (f"({_over_time('max_over_time', 'rlobs_heldout_success', recent)} >= "
                        f"{_over_time('min_over_time', 'rlobs_heldout_success', history, recent)}"
                        f" + {o['heldout_gain']:g})")
-    # reward hacking, by steps as the doctor's rule reads it (until 5 Dec 2026: means over the last `recent` minutes
-    # against the low decile of the hour before, which paged on a hung trainer's one held step and on the rebound of
-    # a collapsed run; the twenty-seventh run). The Prometheus sink keeps the levels (rlobs.catalogue's mean_of): the
-    # training reward's mean of the last `smooth` steps over the mean of the first `smooth` by reward_gain, and held-out
-    # success over its first evaluation by at most heldout_share of that. Held-out success comes from the driver, not
-    # the trainer: one reading per run, matched to the trainer's series on the run (group_left keeps the trainer's
-    # labels)
-    def level(name: str) -> str:
-        return agg("max", series(name, ALERT), GROUP)
-
-    # The doctor asks two evaluations (audit: steps) running; here `for` (10m: the failure table) holds it
-    reward_gain = f"({level('rlobs_reward_recent_mean')} - {level('rlobs_reward_early_mean')})"
-    heldout_gain = (f"max by ({GROUP[0]}) ({series('rlobs_heldout_success', ALERT)} - "
-                    f"{series('rlobs_heldout_success_first', ALERT)})")
+    # reward hacking: the training reward's mean over the recent window above its early level (the low decile of the
+    # hour before) by reward_gain, and the last held-out evaluation above the lowest of the hour before by at most
+    # heldout_share of that gain. Held-out success comes from the driver, not the trainer: one reading per run,
+    # matched to the trainer's series on the run (group_left keeps the trainer's labels). The doctor asks two
+    # evaluations running; here `for` holds it (an evaluation every few minutes of a real run)
+    reward_gain = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} - "
+                   f"{_over_time('quantile_over_time', 'rlobs_reward_mean', history, recent, q=0.1)})")
+    heldout_gain = (f"max by ({GROUP[0]}) ({_over_time('last_over_time', 'rlobs_heldout_success', recent)} - "
+                    f"{_over_time('min_over_time', 'rlobs_heldout_success', history, recent)})")
     hacking = (f"({reward_gain} >= {h['reward_gain']:g}) and "
                f"({reward_gain} - on ({GROUP[0]}) group_left {heldout_gain} / {h['heldout_share']:.6g} >= 0)")
-    # the audit leg: the training reward's excess over an exact check on the same samples (the driver's gauges), the
-    # mean of its last `smooth` audited batches over audit_above and audit_gain over the mean of its first `smooth`
-    audit_now = level("rlobs_grader_audit_gap_recent_mean")
-    audit = (f"({audit_now} >= {h['audit_above']:g}) and "
-             f"({audit_now} - {level('rlobs_grader_audit_gap_early_mean')} >= {h['audit_gain']:g})")
-    # the stepping gate: the levels are per step, and a trainer that stops serves its last ones; time-based `for` is
-    # met by a held state (lr-too-high s115, twenty-eighth run: pending at its last step, firing on the held levels).
-    # The alert holds only while the trainer's last step is at most stepping_multiple of its own step intervals old
-    # (no-progress's yardstick), and not at all once it took no step in the last hour (the yardstick's window: a
-    # trainer hung for longer has no interval left to compare with). A trainer that exports no step time (interval 0
-    # or absent) is gated by the hour only
-    stalled = (f"(((time() - {_LAST_STEP}) > ({failure(HACK).alert_thresholds['stepping_multiple']:g} * "
-               f"{_STEP_INTERVAL} > 0)) or "
-               f"({agg('sum', increase('rlobs_train_steps_total', _W1H), GROUP)} == 0))")
+    # the audit leg: the training reward's excess over an exact check on the same samples (the driver's gauge), its
+    # mean over the recent window over audit_above and audit_gain above its low decile in the hour before
+    audit_now = _over_time('avg_over_time', 'rlobs_grader_audit_gap', recent)
+    audit = (f"({audit_now} >= {h['audit_above']:g}) and ({audit_now} - "
+             f"{_over_time('quantile_over_time', 'rlobs_grader_audit_gap', history, recent, q=0.1)} >= {h['audit_gain']:g})")
     out = (
         AlertRule(
             "precursor-grad-norm-drift", "warning",
@@ -701,27 +686,18 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                           ("rlobs_policy_entropy", {}, "1x70 0.5x20"),
                           ("rlobs_reward_mean", {}, "0.2x70 0.6x20")), "100m", not_yet_min=70, firing_min=88)),
         AlertRule(
-            "precursor-reward-hacking", "warning",
-            running(f"(({hacking}) unless on ({GROUP[0]}) {stalled}) or (({audit}) unless on ({GROUP[0]}) {stalled})"),
+            "precursor-reward-hacking", "warning", running(f"({hacking}) or ({audit})"),
             f("precursor-reward-hacking"),
             "Early warning: training reward climbing away from held-out success, reward hacking ({{ $labels.run }})",
-            "In run {{ $labels.run }} ({{ $labels.component }}) the training reward's mean over the last "
-            f"{h['smooth']:g} steps is {{{{ $value | humanize }}}} over its mean over the first {h['smooth']:g} "
-            f"({h['reward_gain']:g}+) while held-out success (an exact check on prompts it never trains on) gained at "
-            f"most {h['heldout_share']:.0%} of that since its first evaluation; or, over its last {h['smooth']:g} "
-            f"audited batches, it pays {{{{ $value | humanize }}}} more than an exact check on the same training "
-            f"samples ({h['audit_above']:g}+, up {h['audit_gain']:g}+ on its first {h['smooth']:g}): the grader pays "
-            "for something that is not success (a loophole) and every further step trains it. Levels by steps, "
-            "as the doctor reads them (a process resumed from a checkpoint starts its early level again). Audit the "
-            "grader on the run's own samples, fix it, resume from a checkpoint before the warning.",
-            PromtoolCase((("rlobs_reward_recent_mean", {}, "0.2x70 0.7x20"), ("rlobs_reward_early_mean", {}, "0.2x90"),
-                          ("rlobs_heldout_success", {"component": "driver"}, "0.3x90"),
-                          ("rlobs_heldout_success_first", {"component": "driver"}, "0.3x90"),
-                          # stepping, a step a minute (the stepping gate open)
-                          ("rlobs_train_step_last_timestamp_seconds", {}, "0+60x90"),
-                          ("rlobs_train_steps_total", {}, "0+1x90"), ("rlobs_trainer_step_seconds_total", {}, "0+60x90")),
-                         "500m",
-                         not_yet_min=79, firing_min=82)),
+            "In run {{ $labels.run }} ({{ $labels.component }}) the training reward has climbed {{ $value | humanize }} "
+            f"over the last {recent} against its early level in the {history} before ({h['reward_gain']:g}+) while "
+            f"held-out success (an exact check on prompts it never trains on) gained at most "
+            f"{h['heldout_share']:.0%} of that; or it pays {{{{ $value | humanize }}}} more than an exact check on the "
+            f"same training samples ({h['audit_above']:g}+, up {h['audit_gain']:g}+ on the hour before): the grader "
+            "pays for something that is not success (a loophole) and every further step trains it. Audit the grader on the run's own samples, fix it, resume from a checkpoint before the warning.",
+            PromtoolCase((("rlobs_reward_mean", {}, "0.2x70 0.7x20"),
+                          ("rlobs_heldout_success", {"component": "driver"}, "0.3x90")), "500m",
+                         not_yet_min=70, firing_min=88)),
     )
     return out
 

@@ -19,7 +19,6 @@ import math
 import os
 import socket
 import threading
-from collections import deque
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
@@ -72,7 +71,7 @@ class _Route:
     """Feeds one metric from one event kind."""
 
     __slots__ = ("spec", "metric", "op", "value_field", "value_index", "label_fields", "where", "scale",
-                 "children", "base", "overflowed", "finite_only", "absent_until_set", "mean_of", "levels")
+                 "children", "base", "overflowed", "finite_only", "absent_until_set")
 
     def __init__(self, spec: MetricSpec, metric: Any, base: tuple[str, str]):
         src = spec.source
@@ -87,8 +86,6 @@ class _Route:
         self.scale = src.scale
         self.finite_only = src.finite_only
         self.absent_until_set = src.absent_until_set
-        self.mean_of = src.mean_of
-        self.levels: dict[tuple[str, ...], deque[float]] = {}  # mean_of: the values of each series' level
         self.children: dict[tuple[str, ...], Any] = {}
         self.base = base
         self.overflowed = 0
@@ -104,11 +101,6 @@ class _Route:
             key = tuple("" if fields.get(f) is None else str(fields.get(f)) for f in self.label_fields)
         else:
             key = ()
-        if self.mean_of is not None:
-            level = self._level(key, fields.get(self.value_field))
-            if level is None:
-                return
-            fields = {self.value_field: level}
         child = self.children.get(key)
         if child is None:
             if len(self.children) >= MAX_SERIES_PER_METRIC:
@@ -139,27 +131,6 @@ class _Route:
                 child.inc(value)
         else:
             child.observe(value)
-
-
-    def _level(self, key: tuple[str, ...], value: Any) -> float | None:
-        """``mean_of``: the series' level after ``value`` (None: no new level; not yet ``n`` values, or a "first"
-        level already fixed)."""
-        how, n = self.mean_of  # type: ignore[misc]
-        try:
-            v = float(value)  # scaled with the level, below
-        except (TypeError, ValueError):
-            return None
-        if not math.isfinite(v):
-            return None
-        kept = self.levels.get(key)
-        if kept is None:
-            if len(self.levels) >= MAX_SERIES_PER_METRIC:
-                return None  # ids in a label field: a level per id is not kept (the series cap warns)
-            kept = self.levels[key] = deque(maxlen=n if how == "last" else None)
-        if how == "first" and len(kept) >= n:
-            return None
-        kept.append(v)
-        return sum(kept) / len(kept) if len(kept) >= n else None
 
 
 def _build_labels() -> tuple[str, str, str]:

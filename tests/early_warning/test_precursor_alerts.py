@@ -6,7 +6,7 @@ fault: collapse settings of ``bench/early_warning.py``, extracted from their rec
 Prometheus sink serves ``/metrics`` and writes its file_sd target, as a trainer does), one step a second, scraped
 every second by Debian's Prometheus (``LocalPrometheus``) that evaluates the precursor rules of
 ``rlobs.dashboards.alerts.precursor_rules``: the committed expressions and thresholds, with their time windows
-scaled (the last 10 min vs the hour before become 5 s vs 30 s; ``for`` likewise, 1 min 1 s, 10 min 5 s), so a step of the replay
+scaled (the last 10 min vs the hour before become 5 s vs 30 s; ``for`` 1 min becomes 1 s), so a step of the replay
 stands for two minutes of a real run. The replay is ``bench/early_warning_live.py``'s, the one its bench runs on
 any set of records. Each precursor alert must fire for the run that
 shows its precursor, with its runbook; no precursor alert may fire for the healthy run.

@@ -123,43 +123,6 @@ def test_held_out_success_and_audit_gap_gauges_read_every_name_the_doctor_reads(
     assert gauges() == {"rlobs_heldout_success": 0.5, "rlobs_grader_audit_gap": 0.07}
 
 
-def test_reward_hacking_levels_are_kept_by_steps_as_the_doctor_reads_them(prom_rec):
-    """The live reward-hacking alert compares levels by steps (the doctor's `smooth` steps), not a mean over minutes:
-    the mean of the last 5 steps (absent before 5; a step without a finite reward is not one of them), the mean of
-    the process's first 5 (then fixed), and the first held-out evaluation. A hung trainer's gauges hold a 5-step
-    level, not its last step weighed by the minutes it hangs."""
-    from rlobs.catalogue import LEVEL_STEPS
-    from rlobs.failures import FAILURES
-
-    assert LEVEL_STEPS == FAILURES["precursor-reward-hacking"].thresholds["smooth"]
-    rec = prom_rec
-    names = ("rlobs_reward_recent_mean", "rlobs_reward_early_mean", "rlobs_heldout_success_first",
-             "rlobs_grader_audit_gap_recent_mean", "rlobs_grader_audit_gap_early_mean")
-
-    def levels() -> dict[str, float]:
-        assert rec.flush()
-        return {k[0]: v for k, v in _samples(_scrape(rec.metrics_url)).items() if k[0] in names}
-
-    rewards = [0.1, 0.2, 0.3, 0.4, float("nan"), 0.5, 0.9, 1.0, None]
-    gaps = [0.0, 0.1, 0.2, 0.3, 0.4, 0.9]
-    for i, r in enumerate(rewards[:4]):
-        rec.emit("train_step", loss=0.0, reward_mean=r)
-        rec.emit("scalar", name="grader_audit_gap", value=gaps[i], source="trainer_ref")
-    rec.emit("scalar", name="eval_reward_mean", value=0.3, source="trainer_ref")
-    assert levels() == {"rlobs_heldout_success_first": 0.3}  # 4 steps: no level yet
-    for r in rewards[4:]:
-        rec.emit("train_step", loss=0.0, reward_mean=r)
-    for g in gaps[4:]:
-        rec.emit("scalar", name="grader_audit_gap", value=g, source="trainer_ref")
-    rec.emit("scalar", name="rlobs/heldout_success", value=0.2, source="verl")
-    got = levels()
-    assert math.isclose(got.pop("rlobs_reward_recent_mean"), (0.3 + 0.4 + 0.5 + 0.9 + 1.0) / 5)
-    assert math.isclose(got.pop("rlobs_reward_early_mean"), (0.1 + 0.2 + 0.3 + 0.4 + 0.5) / 5)
-    assert math.isclose(got.pop("rlobs_grader_audit_gap_recent_mean"), (0.1 + 0.2 + 0.3 + 0.4 + 0.9) / 5)
-    assert math.isclose(got.pop("rlobs_grader_audit_gap_early_mean"), (0.0 + 0.1 + 0.2 + 0.3 + 0.4) / 5)
-    assert got == {"rlobs_heldout_success_first": 0.3}  # the first evaluation, whatever came after
-
-
 def test_events_become_catalogue_metrics_with_exact_values(prom_rec):
     rec = prom_rec
     for lat, outcome in [(0.2, "ok"), (0.4, "ok"), (7.0, "timeout")]:

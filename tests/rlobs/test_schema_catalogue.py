@@ -53,10 +53,6 @@ def test_schema_version_parsing():
           source=Source("queue", "set", "depth")), "source labels"),
     (dict(name="rlobs_x", type="gauge", unit="1", help="h", source=Source("scalar", "set", "value", where={"name": ()})),
      "where 'name' is an empty tuple"),
-    (dict(name="rlobs_x", type="gauge", unit="1", help="h",
-          source=Source("train_step", "set", "reward_mean", mean_of=("median", 5))), "mean_of"),
-    (dict(name="rlobs_x_total", type="counter", unit="1", help="h",
-          source=Source("train_step", "sum", "reward_mean", mean_of=("last", 5))), "mean_of"),
 ])
 def test_metric_spec_mistakes_are_caught_when_defined(kwargs, message):
     with pytest.raises(ValueError, match=message):
