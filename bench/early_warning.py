@@ -354,6 +354,19 @@ RUN25 = [f"{k}-s{s}" for k in list(HEALTHY_VARIANTS)[-10:] for s in RUN25_SEEDS]
 RUN26 = [f"{c}-s{s}" for c, seeds in RUN24.items() for s in seeds] + [f"healthy-s{s}" for s in range(80, 86)] + [
     f"healthy-async-s{s}" for s in range(16, 20)]
 
+
+def _register_fresh(run: dict[str, tuple[int, ...]], healthy: range, ppo2: range) -> list[str]:
+    """Add one registration's fresh seeds to the matrix (``run``: class -> seeds, held out; ``healthy`` sync seeds;
+    ``healthy-ppo2`` seeds) and return their run names, in training order."""
+    for k in HELDOUT_EXTRA:
+        HELDOUT_EXTRA[k] += run.get(k, ())
+    HEALTHY_SEEDS["heldout"] += tuple(healthy)
+    what, args, seeds, steps = HEALTHY_VARIANTS["healthy-ppo2"]
+    HEALTHY_VARIANTS["healthy-ppo2"] = (what, args, seeds + tuple(ppo2), steps)
+    return ([f"{c}-s{s}" for c, seeds in run.items() for s in seeds] + [f"healthy-s{s}" for s in healthy]
+            + [f"healthy-ppo2-s{s}" for s in ppo2])
+
+
 # Twenty-seventh run (5 Dec 2026, registered here before any of its runs was trained): the live reward-hacking alert
 # read by steps. The twenty-fifth and twenty-sixth runs showed RlobsPrecursorRewardHacking firing where the doctor's
 # rule does not: after healthy-ppo2 s102's last step (its "recent mean" over minutes was one held step) and on the
@@ -375,12 +388,7 @@ RUN27_SEEN = ["lr-too-high-s88", "lr-warmup-too-high-s25", "kl-blow-up-s28", "he
 RUN27 = {"reward-hacking": tuple(range(110, 116)), "reward-hacking-control": tuple(range(110, 114)),
          "lr-too-high": tuple(range(110, 114)), "lr-warmup-too-high": tuple(range(110, 114)),
          "kl-blow-up": tuple(range(110, 114))}
-HELDOUT_EXTRA = {k: v + RUN27.get(k, ()) for k, v in HELDOUT_EXTRA.items()}
-HEALTHY_SEEDS["heldout"] += tuple(range(110, 116))
-_what, _args, _seeds, _steps = HEALTHY_VARIANTS["healthy-ppo2"]
-HEALTHY_VARIANTS["healthy-ppo2"] = (_what, _args, _seeds + tuple(range(110, 114)), _steps)
-RUN27_FRESH = ([f"{c}-s{s}" for c, seeds in RUN27.items() for s in seeds] + [f"healthy-s{s}" for s in range(110, 116)]
-               + [f"healthy-ppo2-s{s}" for s in range(110, 114)])
+RUN27_FRESH = _register_fresh(RUN27, range(110, 116), range(110, 114))
 # Scored once (bench/results/early_warning_run27_live*.md): the change fired on all 6 fresh hacking runs (the doctor's
 # rule: 6) and strayed once, lr-too-high s111 at step 17 (a 2-step blip; the doctor's rule asks two held-out
 # evaluations running); the alert as it was strayed 8 times on the same records. Bar missed: reverted (6e345e1).
@@ -400,12 +408,7 @@ RUN27_FRESH = ([f"{c}-s{s}" for c, seeds in RUN27.items() for s in seeds] + [f"h
 RUN28 = {"reward-hacking": tuple(range(116, 122)), "reward-hacking-control": tuple(range(114, 118)),
          "lr-too-high": tuple(range(114, 118)), "lr-warmup-too-high": tuple(range(114, 118)),
          "kl-blow-up": tuple(range(114, 118))}
-HELDOUT_EXTRA = {k: v + RUN28.get(k, ()) for k, v in HELDOUT_EXTRA.items()}
-HEALTHY_SEEDS["heldout"] += tuple(range(116, 122))
-_what, _args, _seeds, _steps = HEALTHY_VARIANTS["healthy-ppo2"]
-HEALTHY_VARIANTS["healthy-ppo2"] = (_what, _args, _seeds + tuple(range(114, 118)), _steps)
-RUN28_FRESH = ([f"{c}-s{s}" for c, seeds in RUN28.items() for s in seeds] + [f"healthy-s{s}" for s in range(116, 122)]
-               + [f"healthy-ppo2-s{s}" for s in range(114, 118)])
+RUN28_FRESH = _register_fresh(RUN28, range(116, 122), range(114, 118))
 # Scored once (bench/results/early_warning_run28_live.md): 6 of 6 hacking runs, no control, healthy or KL run, and one
 # stray: lr-too-high s115, pending at its last step (the condition held on that one step) and firing on the held
 # levels after it. A time-based persistence is met by a held state. Bar missed: reverted (8af1261).
@@ -424,12 +427,10 @@ RUN28_FRESH = ([f"{c}-s{s}" for c, seeds in RUN28.items() for s in seeds] + [f"h
 RUN29 = {"reward-hacking": tuple(range(122, 128)), "reward-hacking-control": tuple(range(118, 122)),
          "lr-too-high": tuple(range(118, 122)), "lr-warmup-too-high": tuple(range(118, 122)),
          "kl-blow-up": tuple(range(118, 122))}
-HELDOUT_EXTRA = {k: v + RUN29.get(k, ()) for k, v in HELDOUT_EXTRA.items()}
-HEALTHY_SEEDS["heldout"] += tuple(range(122, 128))
-_what, _args, _seeds, _steps = HEALTHY_VARIANTS["healthy-ppo2"]
-HEALTHY_VARIANTS["healthy-ppo2"] = (_what, _args, _seeds + tuple(range(118, 122)), _steps)
-RUN29_FRESH = ([f"{c}-s{s}" for c, seeds in RUN29.items() for s in seeds] + [f"healthy-s{s}" for s in range(122, 128)]
-               + [f"healthy-ppo2-s{s}" for s in range(118, 122)])
+RUN29_FRESH = _register_fresh(RUN29, range(122, 128), range(118, 122))
+# Scored once (bench/results/early_warning_run29_live.md): 6 of 6 hacking runs, and one stray: lr-too-high s118,
+# paged at step 42 while stepping (its condition held 6 steps between two held-out evaluations). Bar missed: reverted
+# (6722131).
 
 
 def _flags(run_dir: Path) -> list[str]:

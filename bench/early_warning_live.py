@@ -8,8 +8,8 @@ and writes its file_sd target, as a trainer does), one step per ``PERIOD`` secon
 Debian's Prometheus (``LocalPrometheus``), which evaluates the precursor rules of
 ``rlobs.dashboards.alerts.precursor_rules``: the committed expressions and thresholds with their time windows
 scaled (``SCALE``: the last 10 min vs the hour before become 5 s vs 30 s; ``for`` likewise, at least 1 s: 1 min
-becomes 1 s, 10 min 5 s), so a replayed step stands for two minutes of a real run. A batch of runs shares one Prometheus; every precursor alert that fires
-for a run is listed with the step it went active at. ``tests/early_warning/test_precursor_alerts.py`` drives the
+becomes 1 s, 10 min 5 s), so a replayed step stands for two minutes of a real run. A batch of runs shares one
+Prometheus; every precursor alert that fires for a run is listed with the step it went active at. ``tests/early_warning/test_precursor_alerts.py`` drives the
 same replay on the extracted runs of ``tests/early_warning/data``.
 """
 
@@ -53,14 +53,19 @@ def emit_step(rec: Any, row: Mapping[str, Any], correction_cap: float | None = N
                  mean_staleness=row.get("staleness"), is_correction_cap=correction_cap)
 
 
-def scaled_for(for_: str) -> str:
-    """A rule's ``for`` on the replay's clock: scaled as the windows are (``REAL_SECONDS_PER_SECOND``), at least one
-    second (the rules are evaluated every second): 1m -> 1s, 10m -> 5s."""
+def for_seconds(for_: str) -> int:
+    """A rule's ``for`` on the replay's clock, in seconds: scaled as the windows are (``REAL_SECONDS_PER_SECOND``), at
+    least one (the rules are evaluated every second): 1m -> 1, 10m -> 5."""
     m = re.fullmatch(r"(\d+)([smh])", for_)
     if m is None:
         raise ValueError(f"a precursor rule's `for` {for_!r} is not a single duration (30s, 1m, 10m, 1h)")
     real = int(m[1]) * {"s": 1, "m": 60, "h": 3600}[m[2]]
-    return f"{max(1, round(real / REAL_SECONDS_PER_SECOND))}s"
+    return max(1, round(real / REAL_SECONDS_PER_SECOND))
+
+
+def scaled_for(for_: str) -> str:
+    """``for_seconds`` as a Prometheus duration: 1m -> 1s, 10m -> 5s."""
+    return f"{for_seconds(for_)}s"
 
 
 def rules_file(path: Path) -> Path:
@@ -85,11 +90,6 @@ def step_at(times: list[float], rfc3339: str, later_s: float = 0.0) -> int:
     pending) plus ``later_s`` (its scaled ``for``: when it fired); -1 before any."""
     at = _seconds(rfc3339) + later_s
     return max((i for i, t in enumerate(times) if t <= at), default=-1)
-
-
-def for_seconds(for_: str) -> float:
-    """A scaled ``for`` (``scaled_for``'s "5s") in seconds."""
-    return float(scaled_for(for_).removesuffix("s"))
 
 
 def after_last_step(times: list[float], rfc3339: str) -> bool:
@@ -225,8 +225,8 @@ def main() -> None:
                          "RlobsPrecursorRewardHacking:precursor-reward-hacking:reward-hacking")
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
-    precursors = {r.name for r in precursor_rules()}
     fors = {r.name: r.for_ for r in precursor_rules()}
+    precursors = set(fors)
     classes = {e["name"]: e["class"] for e in ew.matrix()}
     rows = []
     for i in range(0, len(names), args.batch):
@@ -255,7 +255,7 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     res = {"what": "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
                    "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD, "scale": SCALE,
-           "for": {r.name: scaled_for(r.for_) for r in precursor_rules()},
+           "for": {name: scaled_for(f) for name, f in fors.items()},
            "runs": rows, "runs_with_a_precursor_alert": [r["name"] for r in rows if r["fired"]],
            "runs_with_one_while_stepping": [r["name"] for r in rows if set(r["fired"]) - set(r["after_last_step"])],
            "by_class": score(rows), "one_alert": [one_alert(rows, *spec.split(":")) for spec in args.one]}
