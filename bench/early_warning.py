@@ -432,6 +432,38 @@ RUN29_FRESH = _register_fresh(RUN29, range(122, 128), range(118, 122))
 # paged at step 42 while stepping (its condition held 6 steps between two held-out evaluations). Bar missed: reverted
 # (6722131).
 
+# Thirtieth run (5 Dec 2026, registered here before any of its runs was trained): the stepping gate on every precursor
+# alert. The twenty-fifth to twenty-ninth runs showed precursor alerts paging on a record that no longer grows (a hung
+# trainer serves its last values; the replay holds them 30 s after the last step): the reward-hacking alert on 5 of
+# 36 runs of the twenty-seventh, the grad-norm drift alert on reward-hacking s123 (twenty-ninth). The change
+# (rlobs.dashboards.alerts.precursor_rules, committed before these runs are scored): each of the eight holds only
+# while the no-progress condition does not (the trainer's last step older than 5 of its own step intervals,
+# optimiser plus data-wait seconds per step over the last hour, and than 60 s: scaled to 0.5 s in the replay, where it
+# never binds); a stopped trainer is the no-progress alert's page. Not the twenty-ninth run's 3 intervals: on seen
+# runs (healthy-s110, lr-too-high-s110, healthy-async-s16, healthy-ppo2-s110) the largest wall gap between two steps
+# was 1.8-2.7x the yardstick in the sync runs and 4.1x in the separate_async one (a held-out evaluation, time the
+# yardstick does not count): a 3-interval gate would have shut while it was stepping. The replay runs at each run's
+# own pace (early_warning_live --real-timing: its wall gaps and step times scaled to a mean of one PERIOD), so a slow
+# step or an evaluation is as much longer than the yardstick as it was in the run: the gate is tested against real
+# pacing, not a metronome.
+# Fresh, their number fixed here, 60 steps: reward-hacking 128-131, lr-too-high 122-125, lr-warmup-too-high 122-125,
+# kl-blow-up 122-125, staleness-no-is 42-45 (separate_async), healthy 128-131, healthy-ppo2 122-125, healthy-async
+# 20-23 (separate_async): 32 runs. Each is replayed (--real-timing) under the rules with the gate and under the rules
+# before it (the parent commit), same records. Stated before training, the change lands if all hold: (a) no collapse
+# class loses a live detection before the drop (per class, gated >= ungated) and the median live lead over the
+# detected runs is within 1 step of the ungated one; (b) no precursor page that went pending more than 5 mean step
+# intervals (5 s) after the last step under the gate (ungated: counted and reported; pages within 5 intervals of the
+# last step are reported apart: the gate cannot tell them from a slow step); (c) on every fresh run, the largest wall
+# gap between two steps is under 5x the yardstick at that step (else the gate, and no-progress, would fire while that
+# run was stepping at a pace where the 60 s floor does not bind). Any fails: the gate is reverted and reported. Not
+# trained and replayed by 14:25 UTC: not scored, reported as not run
+RUN30 = {"reward-hacking": tuple(range(128, 132)), "lr-too-high": tuple(range(122, 126)),
+         "lr-warmup-too-high": tuple(range(122, 126)), "kl-blow-up": tuple(range(122, 126)),
+         "staleness-no-is": tuple(range(42, 46))}
+RUN30_FRESH = _register_fresh(RUN30, range(128, 132), range(122, 126))
+HEALTHY_ASYNC_SEEDS["heldout"] += tuple(range(20, 24))
+RUN30_FRESH += [f"healthy-async-s{s}" for s in range(20, 24)]
+
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
@@ -624,6 +656,13 @@ def run_signals(run_dir: Path) -> dict:
         gap = audit_gap(ctx)
         if gap:
             cols["audit_gap"] = dict(gap)
+        # the step's timing, for a replay at the run's own pace: when the trainer logged it (its first rank) and the
+        # no-progress yardstick's share of it (optimiser plus data-wait seconds)
+        timing = rec.sql("SELECT step, min(ts_ns) / 1e9 AS wall, "
+                         "max(coalesce(step_seconds, 0) + coalesce(data_wait_s, 0)) AS busy "
+                         "FROM train_step WHERE step IS NOT NULL GROUP BY step").fetchall()
+        cols["wall"] = {int(st): float(w) for st, w, _ in timing}
+        cols["busy"] = {int(st): float(b) for st, _, b in timing}
     finally:
         rec.close()
     steps = sorted(cols["reward"])

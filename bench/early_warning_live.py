@@ -35,13 +35,15 @@ REAL_SECONDS_PER_SECOND = 120  # the windows' scale: the last 10 min -> 5 s, a r
 WAIT_S = 30.0  # after the last step: the alerts' windows and `for` catching up
 
 
-def emit_step(rec: Any, row: Mapping[str, Any], correction_cap: float | None = None) -> None:
+def emit_step(rec: Any, row: Mapping[str, Any], correction_cap: float | None = None,
+              step_seconds: float = PERIOD) -> None:
     """Emit ``row`` (one step of extracted signals: ``early_warning.run_signals``) as the trainer and its probes
-    recorded it (``correction_cap``: the run's importance-correction cap, recorded on its staleness events)."""
+    recorded it (``correction_cap``: the run's importance-correction cap, recorded on its staleness events;
+    ``step_seconds``: the step time the trainer reports, on the replay's clock)."""
     rec.set_step(int(row["step"]))
     rec.emit("train_step", loss=0.0, grad_norm=row.get("grad_norm"), reward_mean=row.get("reward"),
              entropy=row.get("entropy"), kl=row.get("kl"), policy_kl=row.get("policy_kl"), lr=row.get("lr"),
-             step_seconds=PERIOD)  # the replay's step time, as a trainer reports it: one step a PERIOD
+             step_seconds=step_seconds)
     if row.get("heldout") is not None:  # a held-out evaluation after this step (trainer_ref's driver emits it)
         rec.emit("scalar", name="eval_reward_mean", value=row["heldout"], source="trainer_ref")
     if row.get("audit_gap") is not None:  # the grader audit of the step's samples (trainer_ref's driver emits it)
@@ -69,14 +71,15 @@ def scaled_for(for_: str) -> str:
 
 
 def rules_file(path: Path) -> Path:
-    """The committed precursor alert rules, their windows and ``for`` scaled (``SCALE``, ``scaled_for``), as a rules
-    file."""
-    from rlobs.dashboards.alerts import precursor_rules
+    """The committed precursor alert rules, their windows, ``for`` and stepping gate's floor scaled (``SCALE``,
+    ``scaled_for``, ``REAL_SECONDS_PER_SECOND``), as a rules file."""
+    from rlobs.dashboards.alerts import T, precursor_rules
     from rlobs.dashboards.model import to_yaml
 
+    floor = T.no_progress_floor_seconds / REAL_SECONDS_PER_SECOND  # 60 s -> 0.5 s
     doc = {"groups": [{"name": "rlobs-precursors-scaled", "interval": "1s", "rules": [
         {"alert": r.name, "expr": r.expr, "for": scaled_for(r.for_), "labels": r.labels, "annotations": r.annotations()}
-        for r in precursor_rules(**SCALE)]}]}
+        for r in precursor_rules(**SCALE, stall_floor_seconds=floor)]}]}
     path.write_text(to_yaml(doc), encoding="utf-8")
     return path
 
@@ -98,22 +101,62 @@ def after_last_step(times: list[float], rfc3339: str) -> bool:
     return bool(times) and _seconds(rfc3339) > times[-1] + PERIOD
 
 
-def _feed(rec: Any, run: Mapping[str, Any], stop: threading.Event, times: list[float]) -> None:
-    for row in run["steps"]:
+def seconds_after_last_step(times: list[float], rfc3339: str) -> float:
+    """How long after the replay's last step an alert went active (negative: before it), in replay seconds: a
+    stepping gate of ``m`` step intervals can only stop what went active more than ``m * PERIOD`` after it."""
+    return round(_seconds(rfc3339) - times[-1], 1)
+
+
+def pace(steps: list[Mapping[str, Any]], real_timing: bool = False) -> list[tuple[float, float]]:
+    """Per replayed step: the seconds to wait after it and the step time to report. One ``PERIOD`` each; with
+    ``real_timing``, the run's own pace: its wall gaps between steps and its optimiser-plus-data-wait seconds
+    (``run_signals``' ``wall`` and ``busy``), scaled together so that the mean gap is one ``PERIOD`` (a step stands
+    for two minutes on average, and a slow step, an evaluation or a weight sync is as much longer than the
+    yardstick of the no-progress alert and the stepping gate as it was in the run). The last step waits a mean
+    gap; a record without timing is replayed at one ``PERIOD`` a step."""
+    walls = [r.get("wall") for r in steps]
+    if not real_timing or len(steps) < 2 or any(w is None for w in walls):
+        return [(PERIOD, PERIOD)] * len(steps)
+    gaps = [b - a for a, b in zip(walls, walls[1:])]
+    scale = PERIOD / (sum(gaps) / len(gaps)) if sum(gaps) > 0 else 0.0
+    if scale <= 0:
+        return [(PERIOD, PERIOD)] * len(steps)
+    return [(g * scale, float(r.get("busy") or 0.0) * scale) for g, r in zip([*gaps, PERIOD / scale], steps)]
+
+
+def gap_ratio(steps: list[Mapping[str, Any]]) -> tuple[float, int] | None:
+    """The largest wall gap between two steps of a run over the no-progress yardstick at that step (the mean
+    optimiser-plus-data-wait seconds of the steps before it: the whole of a run shorter than the yardstick's hour),
+    and the step it ended at; None without timing. Over the no-progress multiple, that run would have been paged as
+    not progressing (and its precursor alerts gated) while it was stepping, wherever the floor does not bind."""
+    walls, busy = [r.get("wall") for r in steps], [float(r.get("busy") or 0.0) for r in steps]
+    if len(steps) < 2 or any(w is None for w in walls):
+        return None
+    best: tuple[float, int] | None = None
+    for i in range(1, len(steps)):
+        yard = sum(busy[:i]) / i
+        if yard > 0 and (best is None or (walls[i] - walls[i - 1]) / yard > best[0]):
+            best = ((walls[i] - walls[i - 1]) / yard, int(steps[i]["step"]))
+    return (round(best[0], 2), best[1]) if best else None
+
+
+def _feed(rec: Any, run: Mapping[str, Any], stop: threading.Event, times: list[float],
+          real_timing: bool = False) -> None:
+    for row, (wait, step_s) in zip(run["steps"], pace(run["steps"], real_timing)):
         if stop.is_set():
             return
         times.append(time.time())  # wall time each step was emitted: which step an alert went active at
-        emit_step(rec, row, correction_cap=run.get("correction_cap"))
-        stop.wait(PERIOD)
+        emit_step(rec, row, correction_cap=run.get("correction_cap"), step_seconds=step_s)
+        stop.wait(wait)
 
 
 def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
-           done: Callable[[dict[str, set[str]]], bool] | None = None
+           done: Callable[[dict[str, set[str]]], bool] | None = None, real_timing: bool = False
            ) -> tuple[dict[str, set[str]], dict[tuple[str, str], dict], dict[str, list[float]]]:
     """Replay ``runs`` (name -> {"steps": [...], "correction_cap": ...}) at once into one real Prometheus under
     ``base`` and watch its alerts until every replay has ended and ``done(seen)`` holds, or until the last step plus
     ``WAIT_S`` has passed (without ``done``: always that long, so an alert whose window catches up after the last
-    step is seen too). Returns, per run, the alert names that fired; the first
+    step is seen too; ``real_timing``: at each run's own pace, ``pace``). Returns, per run, the alert names that fired; the first
     firing of each (run, alert), with its ``activeAt``; and the wall time each step was emitted."""
     import rlobs
     from rlobs.dashboards.observe import LocalPrometheus
@@ -130,7 +173,8 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
             for name, run in runs.items():
                 recs[name] = rlobs.init(dirs[name], component="trainer", rank=0, run_id=f"ew-{name}",
                                         set_global=False, flush_interval=0.2)
-                threads.append(threading.Thread(target=_feed, args=(recs[name], run, stop, times[name]), daemon=True))
+                threads.append(threading.Thread(target=_feed, args=(recs[name], run, stop, times[name], real_timing),
+                                                daemon=True))
             up_by = time.monotonic() + 60  # file_sd is re-read every 5 s: replay once every target is scraped
             while time.monotonic() < up_by and len(prom.query('up{run=~"ew-.*"} == 1')) < len(recs):
                 time.sleep(0.5)
@@ -139,7 +183,8 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
             time.sleep(2.0)  # a first scrape of every target before step 0
             for t in threads:
                 t.start()
-            deadline = time.monotonic() + max(len(r["steps"]) for r in runs.values()) * PERIOD + WAIT_S
+            deadline = time.monotonic() + max(sum(w for w, _ in pace(r["steps"], real_timing))
+                                              for r in runs.values()) + WAIT_S
             while time.monotonic() < deadline:
                 for a in prom.alerts():
                     run = a["labels"].get("run", "").removeprefix("ew-")
@@ -223,6 +268,9 @@ def main() -> None:
     ap.add_argument("--one", action="append", default=[], metavar="ALERT:RULE:CLASS",
                     help="also score one alert against its doctor rule and class (one_alert), e.g. "
                          "RlobsPrecursorRewardHacking:precursor-reward-hacking:reward-hacking")
+    ap.add_argument("--real-timing", action="store_true",
+                    help="replay each run at its own pace (its gaps between steps and its step times, scaled to a "
+                         "mean of one PERIOD) instead of one PERIOD a step")
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
     fors = {r.name: r.for_ for r in precursor_rules()}
@@ -234,7 +282,7 @@ def main() -> None:
         doctor = {n: ew.judge(Path(args.runs) / n) for n in batch}
         with tempfile.TemporaryDirectory(prefix="rlobs-ew-live-") as tmp:
             t0 = time.monotonic()
-            seen, alerts, times = replay(batch, Path(tmp))
+            seen, alerts, times = replay(batch, Path(tmp), real_timing=args.real_timing)
             wall = time.monotonic() - t0
         for n, run in batch.items():
             fired = sorted(a for a in seen[n] if a in precursors)
@@ -244,9 +292,12 @@ def main() -> None:
             paged = {a: run["steps"][max(0, step_at(times[n], alerts[(n, a)]["activeAt"], for_seconds(fors[a])))]["step"]
                      for a in fired}
             after = [a for a in fired if after_last_step(times[n], alerts[(n, a)]["activeAt"])]
+            after_s = {a: seconds_after_last_step(times[n], alerts[(n, a)]["activeAt"]) for a in after}
             stepping = [first[a] for a in fired if a not in after]
             rows.append({"name": n, "class": classes.get(n, "exploratory"), "steps": len(run["steps"]),
                          "fired": fired, "first_step": first, "paged_step": paged, "after_last_step": after,
+                         "after_last_step_s": after_s,
+                         "max_gap_ratio": gap_ratio(run["steps"]),
                          "live_first": min(stepping) if stepping else None, "drop_step": run["drop_step"],
                          "doctor_first": doctor[n]["first_warning"],
                          "doctor_per_rule": {k: v for k, v in doctor[n]["per_rule"].items() if v is not None},
@@ -254,27 +305,31 @@ def main() -> None:
                          "batch_seconds": round(wall, 1)})
             print(json.dumps(rows[-1]), flush=True)
     res = {"what": "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
-                   "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD, "scale": SCALE,
+                   "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD, "real_timing": args.real_timing, "scale": SCALE,
            "for": {name: scaled_for(f) for name, f in fors.items()},
            "runs": rows, "runs_with_a_precursor_alert": [r["name"] for r in rows if r["fired"]],
            "runs_with_one_while_stepping": [r["name"] for r in rows if set(r["fired"]) - set(r["after_last_step"])],
            "by_class": score(rows), "one_alert": [one_alert(rows, *spec.split(":")) for spec in args.one]}
     Path(args.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
     lines = ["# Live precursor alerts (bench/early_warning_live.py)", "",
-             f"{len(rows)} runs replayed from `{args.runs}` into a real Prometheus ({PERIOD:g} s a step, windows "
+             f"{len(rows)} runs replayed from `{args.runs}` into a real Prometheus ("
+             + (f"at each run's own pace, a mean of {PERIOD:g} s a step" if args.real_timing else f"{PERIOD:g} s a step")
+             + ", windows "
              f"{SCALE['recent']} / {SCALE['history']}, for {', '.join(sorted(set(res['for'].values())))}); runs with a "
              "precursor alert: "
              f"**{len(res['runs_with_a_precursor_alert'])}**, while the run was stepping: "
              f"**{len(res['runs_with_one_while_stepping'])}** (the others' alerts went active after the last step, on "
              "a record whose last values are held)", "",
-             "| run | steps | precursor alerts fired (the step it went pending, and paged where later; \"after\": "
-             "pending only once the record stopped growing) |",
-             "|---|---|---|"]
+             "| run | steps | precursor alerts fired (the step it went pending, and paged where later; \"after: N s\": "
+             "pending only once the record stopped growing, N replay seconds after its last step) | largest gap "
+             "between two steps / the no-progress yardstick (at step) |",
+             "|---|---|---|---|"]
     lines += [f"| {r['name']} | {r['steps']} | " + (", ".join(
         f"{a} ({r['first_step'][a]}"
         + (f", paged at {r['paged_step'][a]}" if r["paged_step"][a] != r["first_step"][a] else "")
-        + f"{', after' if a in r['after_last_step'] else ''})" for a in r["fired"])
-        or "none") + " |" for r in rows]
+        + (f", after: {r['after_last_step_s'][a]:g} s" if a in r["after_last_step"] else "") + ")" for a in r["fired"])
+        or "none") + " | " + (f"{r['max_gap_ratio'][0]:g}x ({r['max_gap_ratio'][1]})" if r["max_gap_ratio"] else "-")
+        + " |" for r in rows]
     lines += ["", "| class | runs | warned before the drop: live alert | doctor | live leads (steps) | live lag behind the "
               "doctor (steps) | healthy runs with an alert while stepping |", "|---|---|---|---|---|---|---|"]
     for cls, c in res["by_class"].items():
