@@ -249,3 +249,35 @@ def test_an_alert_pages_its_scaled_for_after_it_went_pending():
     assert step_at(times, pending) == 3  # went pending after step 3 was emitted
     assert for_seconds("10m") == 5.0 and step_at(times, pending, for_seconds("10m")) == 8  # paged 5 s later
     assert step_at(times, pending, for_seconds("1m")) == 4
+
+
+def test_a_real_paced_replay_keeps_each_runs_gaps_relative_to_its_yardstick():
+    from bench.early_warning_live import PERIOD, gap_ratio, pace
+
+    # a run at 2 s a step whose step 3 waited on an evaluation (8 s of wall time, 1.5 s of it step and data wait)
+    walls = [0.0, 2.0, 4.0, 12.0, 14.0]
+    steps = [{"step": i, "wall": w, "busy": 1.5} for i, w in enumerate(walls)]
+    waits = pace(steps, real_timing=True)
+    # the mean gap, 3.5 s, becomes one PERIOD; the last step waits a mean gap
+    assert [w for w, _ in waits] == pytest.approx([2 / 3.5, 2 / 3.5, 8 / 3.5, 2 / 3.5, 1.0])
+    assert sum(w for w, _ in waits[:-1]) / 4 == pytest.approx(PERIOD)
+    assert all(b == pytest.approx(1.5 * PERIOD / 3.5) for _, b in waits)  # the step time, on the same clock
+    # the gap/yardstick ratio survives the scaling: 8 s over 1.5 s in the run, 2.29 over 0.43 in the replay
+    assert waits[2][0] / waits[2][1] == pytest.approx(8 / 1.5)
+    assert gap_ratio(steps) == (pytest.approx(5.33, abs=0.01), 3)
+    # a metronome without --real-timing, or for a record without timing
+    assert pace(steps) == [(PERIOD, PERIOD)] * 5
+    assert pace([{"step": 0}, {"step": 1}], real_timing=True) == [(PERIOD, PERIOD)] * 2
+    assert gap_ratio([{"step": 0}, {"step": 1}]) is None
+
+
+def test_a_held_value_alert_is_timed_from_the_last_step():
+    from datetime import datetime, timezone
+
+    from bench.early_warning_live import after_last_step, seconds_after_last_step
+
+    times = [1000.0 + i for i in range(10)]
+    late = datetime.fromtimestamp(1015.25, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    assert after_last_step(times, late) and seconds_after_last_step(times, late) == pytest.approx(6.2, abs=0.06)
+    early = datetime.fromtimestamp(1009.5, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    assert not after_last_step(times, early) and seconds_after_last_step(times, early) == 0.5
