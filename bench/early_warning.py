@@ -615,14 +615,16 @@ def judge(run_dir: Path) -> dict:
         t0 = time.perf_counter()
         first = replay(ctx)
         replay_s = time.perf_counter() - t0
-        report = diagnose(rec, rule_ids=list(PRECURSOR_IDS))
-        whole = {f.rule: f.first_step for f in report.findings}
-        findings = [{"rule": f.rule, "step": f.first_step, "title": f.title} for f in report.findings]
+        # the whole doctor (every rule, once) on the finished record: the precursors' findings among what `rlobs doctor
+        # RUN` prints (the rules run independently; ranking only orders them)
+        report = diagnose(rec)
+        pre = [f for f in report.findings if f.rule in PRECURSOR_IDS]
+        whole = {f.rule: f.first_step for f in pre}
+        findings = [{"rule": f.rule, "step": f.first_step, "title": f.title} for f in pre]
         # the oversized-updates finding names a grader loophole (its training reward far above held-out success)
-        loophole = any(e.metric == "training reward over held-out success" for f in report.findings for e in f.evidence)
-        # the whole doctor (every rule) on the finished record: what `rlobs doctor RUN` prints at warning or above
+        loophole = any(e.metric == "training reward over held-out success" for f in pre for e in f.evidence)
         all_rules = [{"rule": f.rule, "severity": str(f.severity), "step": f.first_step, "title": f.title}
-                     for f in diagnose(rec).findings if f.severity >= Severity.WARNING]
+                     for f in report.findings if f.severity >= Severity.WARNING]
     finally:
         rec.close()
     warned = {k: v for k, v in first.items() if v is not None}
