@@ -463,6 +463,16 @@ RUN30 = {"reward-hacking": tuple(range(128, 132)), "lr-too-high": tuple(range(12
 RUN30_FRESH = _register_fresh(RUN30, range(128, 132), range(122, 126))
 HEALTHY_ASYNC_SEEDS["heldout"] += tuple(range(20, 24))
 RUN30_FRESH += [f"healthy-async-s{s}" for s in range(20, 24)]
+# Scored once (bench/results/early_warning_run30_live*.md, both rule sets replayed at the runs' own pace): (b) held:
+# under the gate no precursor alert went pending after a last step; without it 2 did (staleness-no-is s44 zero-std,
+# 2.8 s after; healthy-async s21 reward hacking, 10.2 s after). (a) missed by one step: lr-warmup-too-high s122 went
+# pending at its drop step (20) under the gate, at 19 without it (2 of 4 warm-up runs warned before the drop against
+# 3; the other classes equal or better, staleness-no-is 3 of 4 against 2; median live lead 16 both). (c) missed on 5
+# runs: the largest gap between two steps was 5.6-11.6x the yardstick (staleness-no-is s42-s44 at steps 45-50 and
+# kl-blow-up s123 at step 10: a held-out evaluation the trainer waits through, which the yardstick does not count;
+# lr-warmup-too-high s122 at step 6: every step slowed 8x at once, while another job shared the machine). Against
+# the mean wall gap instead of the yardstick, 6 of the 36 runs (these and healthy-async-s16) still reach 5x: no
+# yardstick of step times bounds those pauses. Bar missed: reverted (the revert of c2acc52).
 
 
 def _flags(run_dir: Path) -> list[str]:

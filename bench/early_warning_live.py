@@ -71,15 +71,14 @@ def scaled_for(for_: str) -> str:
 
 
 def rules_file(path: Path) -> Path:
-    """The committed precursor alert rules, their windows, ``for`` and stepping gate's floor scaled (``SCALE``,
-    ``scaled_for``, ``REAL_SECONDS_PER_SECOND``), as a rules file."""
-    from rlobs.dashboards.alerts import T, precursor_rules
+    """The committed precursor alert rules, their windows and ``for`` scaled (``SCALE``, ``scaled_for``), as a rules
+    file."""
+    from rlobs.dashboards.alerts import precursor_rules
     from rlobs.dashboards.model import to_yaml
 
-    floor = T.no_progress_floor_seconds / REAL_SECONDS_PER_SECOND  # 60 s -> 0.5 s
     doc = {"groups": [{"name": "rlobs-precursors-scaled", "interval": "1s", "rules": [
         {"alert": r.name, "expr": r.expr, "for": scaled_for(r.for_), "labels": r.labels, "annotations": r.annotations()}
-        for r in precursor_rules(**SCALE, stall_floor_seconds=floor)]}]}
+        for r in precursor_rules(**SCALE)]}]}
     path.write_text(to_yaml(doc), encoding="utf-8")
     return path
 

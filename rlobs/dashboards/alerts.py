@@ -210,15 +210,6 @@ _W1H = ALERT.with_window("1h")
 _STEP_INTERVAL = (f"(({agg('sum', increase('rlobs_trainer_step_seconds_total', _W1H), GROUP)} + "
                   f"{agg('sum', increase('rlobs_trainer_data_wait_seconds_total', _W1H), GROUP)}) / "
                   f"{agg('sum', increase('rlobs_train_steps_total', _W1H), GROUP)})")
-
-
-def stalled(floor_seconds: float) -> str:
-    """The no-progress condition: the trainer's last step is older than ``no_progress_step_multiple`` of its own
-    step intervals and than ``floor_seconds`` (a trainer with no step in the last hour: than the floor alone); its
-    value, the seconds since that step. ``floor_seconds`` is a parameter for the early-warning replay, whose clock
-    runs faster than a real run's."""
-    return (f"(time() - {_LAST_STEP}) > clamp_min(({T.no_progress_step_multiple:g} * {_STEP_INTERVAL} > 0) "
-            f"or (0 * {_LAST_STEP}), {floor_seconds:g})")
 # Who to look at first when nothing progresses: a process of the run that does not answer scrapes (died,
 # stopped), else the one whose heartbeat is oldest. (Oldest heartbeat alone named an idle grader on a fast
 # machine: graders that finished their last batch before the generator stopped had older heartbeats.)
@@ -248,7 +239,8 @@ RULES: tuple[AlertRule, ...] = (
                      not_yet_min=6, firing_min=7, component="grader", up=False)),
     AlertRule(
         "no-progress", "critical",
-        running(stalled(T.no_progress_floor_seconds)), "0m",
+        running(f"(time() - {_LAST_STEP}) > clamp_min(({T.no_progress_step_multiple:g} * {_STEP_INTERVAL} > 0) "
+                f"or (0 * {_LAST_STEP}), {T.no_progress_floor_seconds:g})"), "0m",
         "No optimiser step for {{ $value | humanizeDuration }} ({{ $labels.run }})",
         "{{ $labels.component }} of run {{ $labels.run }} is up but has taken no optimiser step for "
         "{{ $value | humanizeDuration }}, over " + f"{T.no_progress_step_multiple:g}" + "x its step interval "
@@ -506,13 +498,9 @@ def _reward_not_climbing(recent: str, history: str, gain: float) -> str:
 
 
 def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
-                    history: str = PRECURSOR_WINDOWS["history"],
-                    stall_floor_seconds: float | None = None) -> tuple[AlertRule, ...]:
+                    history: str = PRECURSOR_WINDOWS["history"]) -> tuple[AlertRule, ...]:
     """The eight precursor alerts. ``recent``/``history``: the committed rules use the defaults (a run whose steps
-    take tens of seconds or more); a test that replays a recorded run faster scales them (and their ``for``, and the
-    stepping gate's floor, ``stall_floor_seconds``: the no-progress alert's by default)."""
-    if stall_floor_seconds is None:
-        stall_floor_seconds = T.no_progress_floor_seconds
+    take tens of seconds or more); a test that replays a recorded run faster scales them (and their ``for``)."""
     from rlobs.failures import failure
 
     def th(fid: str) -> Mapping[str, float]:
@@ -587,21 +575,10 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
     audit_now = _over_time('avg_over_time', 'rlobs_grader_audit_gap', recent)
     audit = (f"({audit_now} >= {h['audit_above']:g}) and ({audit_now} - "
              f"{_over_time('quantile_over_time', 'rlobs_grader_audit_gap', history, recent, q=0.1)} >= {h['audit_gain']:g})")
-    # the stepping gate, on every precursor alert (5 Dec 2026, thirtieth run): the signals are per step and a trainer
-    # that stops keeps serving its last values, which fill the windows (held values: the grad-norm drift alert fired
-    # after reward-hacking s123's last step, the reward-hacking alert after five runs' last steps, twenty-seventh to
-    # twenty-ninth runs). An alert holds only while the no-progress condition does not: once the trainer's last step
-    # is older than the no-progress multiple of its own step intervals (and its floor), the no-progress alert is the
-    # page and the precursors are silent. (3 intervals, the twenty-ninth run's gate, would have shut while a healthy
-    # separate_async run was stepping: a held-out evaluation took 4.1x the yardstick, healthy-async-s16.) A trainer
-    # that exports no step timestamps is not gated
-    def stepping(expr: str) -> str:
-        return running(f"({expr}) unless on ({GROUP[0]}) ({stalled(stall_floor_seconds)})")
-
     out = (
         AlertRule(
             "precursor-grad-norm-drift", "warning",
-            stepping(f"{_median_now('rlobs_grad_norm', recent)} > {1 + g['min_effect']:g} * "
+            running(f"{_median_now('rlobs_grad_norm', recent)} > {1 + g['min_effect']:g} * "
                     f"{_median_before('rlobs_grad_norm', recent, history)}"), f("precursor-grad-norm-drift"),
             "Early warning: grad norm drifting up, divergence ahead ({{ $labels.run }})",
             "The median pre-clip grad norm of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | "
@@ -611,7 +588,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                          not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-entropy-decline", "warning",
-            stepping(f"({_median_now('rlobs_policy_entropy', recent)} < {1 - e['min_effect']:g} * "
+            running(f"({_median_now('rlobs_policy_entropy', recent)} < {1 - e['min_effect']:g} * "
                     f"{_median_before('rlobs_policy_entropy', recent, history)}){on}"
                     f"{_reward_not_climbing(recent, history, e['learning_gain'])}"), f("precursor-entropy-decline"),
             "Early warning: entropy falling without learning, collapse ahead ({{ $labels.run }})",
@@ -623,7 +600,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                          "100m", not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-importance-truncation", "warning",
-            stepping(f"({_median_now('rlobs_importance_clipped_ratio', recent)} > {1 + i['min_effect']:g} * "
+            running(f"({_median_now('rlobs_importance_clipped_ratio', recent)} > {1 + i['min_effect']:g} * "
                     f"{_median_before('rlobs_importance_clipped_ratio', recent, history)} + {i['min_abs']:g} "
                     f"and {_median_now('rlobs_importance_clipped_ratio', recent)} > {i['min_level']:g})"),
             f("precursor-importance-truncation"),
@@ -637,7 +614,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                          not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-kl-creep", "warning",
-            stepping(f"({_median_now('rlobs_reference_kl', recent)} > {1 + k['min_effect']:g} * "
+            running(f"({_median_now('rlobs_reference_kl', recent)} > {1 + k['min_effect']:g} * "
                     f"{_median_before('rlobs_reference_kl', recent, history)} + {k['min_abs']:g}){on}"
                     f"({kl_rise} >= {k['min_rate']:g} * {steps_in_window})"),
             f("precursor-kl-creep"),
@@ -650,7 +627,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                          "610m", not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-zero-std-rising", "warning",
-            stepping(f"({_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} > {1 + z['min_effect']:g} * "
+            running(f"({_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} > {1 + z['min_effect']:g} * "
                     f"{_median_before('rlobs_advantage_zero_std_groups_ratio', recent, history)} + {z['min_abs']:g} "
                     f"and {_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} > {z['min_level']:g})"
                     f"{on}{_reward_not_climbing(recent, history, z['learning_gain'])}{on}"
@@ -667,7 +644,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
         # a level, not a drift (like the doctor's rule): the ESS is already a ratio to "on-policy" (1.0)
         AlertRule(
             "precursor-uncorrected-off-policy", "warning",
-            stepping(f"({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
+            running(f"({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
                     f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['min_staleness']:g}){on}"
                     f"({_over_time('max_over_time', 'rlobs_importance_correction_cap', recent)}"
                     " == 0)"), f("precursor-uncorrected-off-policy"),
@@ -687,7 +664,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
         # low decile of the hour before), as the doctor's rule compares with the run's first steps
         AlertRule(
             "precursor-oversized-updates", "warning",
-            stepping(f"(({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed}) or ({early}))"
+            running(f"(({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed}) or ({early}))"
                     f" unless on ({', '.join(GROUP)}) {idle}"),
             f("precursor-oversized-updates"),
             "Early warning: oversized policy updates (from the first steps, or after the run learned), learning-rate collapse ahead ({{ $labels.run }})",
@@ -709,7 +686,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                           ("rlobs_policy_entropy", {}, "1x70 0.5x20"),
                           ("rlobs_reward_mean", {}, "0.2x70 0.6x20")), "100m", not_yet_min=70, firing_min=88)),
         AlertRule(
-            "precursor-reward-hacking", "warning", stepping(f"({hacking}) or ({audit})"),
+            "precursor-reward-hacking", "warning", running(f"({hacking}) or ({audit})"),
             f("precursor-reward-hacking"),
             "Early warning: training reward climbing away from held-out success, reward hacking ({{ $labels.run }})",
             "In run {{ $labels.run }} ({{ $labels.component }}) the training reward has climbed {{ $value | humanize }} "
