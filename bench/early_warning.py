@@ -355,16 +355,18 @@ RUN26 = [f"{c}-s{s}" for c, seeds in RUN24.items() for s in seeds] + [f"healthy-
     f"healthy-async-s{s}" for s in range(16, 20)]
 
 
-def _register_fresh(run: dict[str, tuple[int, ...]], healthy: range, ppo2: range) -> list[str]:
+def _register_fresh(run: dict[str, tuple[int, ...]], healthy: range, ppo2: range,
+                    healthy_async: range = range(0)) -> list[str]:
     """Add one registration's fresh seeds to the matrix (``run``: class -> seeds, held out; ``healthy`` sync seeds;
-    ``healthy-ppo2`` seeds) and return their run names, in training order."""
+    ``healthy-ppo2`` seeds; ``healthy-async`` seeds) and return their run names, in training order."""
     for k in HELDOUT_EXTRA:
         HELDOUT_EXTRA[k] += run.get(k, ())
     HEALTHY_SEEDS["heldout"] += tuple(healthy)
+    HEALTHY_ASYNC_SEEDS["heldout"] += tuple(healthy_async)
     what, args, seeds, steps = HEALTHY_VARIANTS["healthy-ppo2"]
     HEALTHY_VARIANTS["healthy-ppo2"] = (what, args, seeds + tuple(ppo2), steps)
     return ([f"{c}-s{s}" for c, seeds in run.items() for s in seeds] + [f"healthy-s{s}" for s in healthy]
-            + [f"healthy-ppo2-s{s}" for s in ppo2])
+            + [f"healthy-ppo2-s{s}" for s in ppo2] + [f"healthy-async-s{s}" for s in healthy_async])
 
 
 # Twenty-seventh run (5 Dec 2026, registered here before any of its runs was trained): the live reward-hacking alert
@@ -460,9 +462,7 @@ RUN29_FRESH = _register_fresh(RUN29, range(122, 128), range(118, 122))
 RUN30 = {"reward-hacking": tuple(range(128, 132)), "lr-too-high": tuple(range(122, 126)),
          "lr-warmup-too-high": tuple(range(122, 126)), "kl-blow-up": tuple(range(122, 126)),
          "staleness-no-is": tuple(range(42, 46))}
-RUN30_FRESH = _register_fresh(RUN30, range(128, 132), range(122, 126))
-HEALTHY_ASYNC_SEEDS["heldout"] += tuple(range(20, 24))
-RUN30_FRESH += [f"healthy-async-s{s}" for s in range(20, 24)]
+RUN30_FRESH = _register_fresh(RUN30, range(128, 132), range(122, 126), range(20, 24))
 # Scored once (bench/results/early_warning_run30_live*.md, both rule sets replayed at the runs' own pace): (b) held:
 # under the gate no precursor alert went pending after a last step; without it 2 did (staleness-no-is s44 zero-std,
 # 2.8 s after; healthy-async s21 reward hacking, 10.2 s after). (a) missed by one step: lr-warmup-too-high s122 went

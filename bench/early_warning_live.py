@@ -111,15 +111,13 @@ def pace(steps: list[Mapping[str, Any]], real_timing: bool = False) -> list[tupl
     ``real_timing``, the run's own pace: its wall gaps between steps and its optimiser-plus-data-wait seconds
     (``run_signals``' ``wall`` and ``busy``), scaled together so that the mean gap is one ``PERIOD`` (a step stands
     for two minutes on average, and a slow step, an evaluation or a weight sync is as much longer than the
-    yardstick of the no-progress alert and the stepping gate as it was in the run). The last step waits a mean
-    gap; a record without timing is replayed at one ``PERIOD`` a step."""
+    no-progress alert's yardstick as it was in the run). The last step waits a mean gap; a record without timing is
+    replayed at one ``PERIOD`` a step."""
     walls = [r.get("wall") for r in steps]
-    if not real_timing or len(steps) < 2 or any(w is None for w in walls):
+    gaps = [b - a for a, b in zip(walls, walls[1:])] if None not in walls else []
+    if not real_timing or not gaps or sum(gaps) <= 0:
         return [(PERIOD, PERIOD)] * len(steps)
-    gaps = [b - a for a, b in zip(walls, walls[1:])]
-    scale = PERIOD / (sum(gaps) / len(gaps)) if sum(gaps) > 0 else 0.0
-    if scale <= 0:
-        return [(PERIOD, PERIOD)] * len(steps)
+    scale = PERIOD * len(gaps) / sum(gaps)
     return [(g * scale, float(r.get("busy") or 0.0) * scale) for g, r in zip([*gaps, PERIOD / scale], steps)]
 
 
@@ -127,15 +125,16 @@ def gap_ratio(steps: list[Mapping[str, Any]]) -> tuple[float, int] | None:
     """The largest wall gap between two steps of a run over the no-progress yardstick at that step (the mean
     optimiser-plus-data-wait seconds of the steps before it: the whole of a run shorter than the yardstick's hour),
     and the step it ended at; None without timing. Over the no-progress multiple, that run would have been paged as
-    not progressing (and its precursor alerts gated) while it was stepping, wherever the floor does not bind."""
-    walls, busy = [r.get("wall") for r in steps], [float(r.get("busy") or 0.0) for r in steps]
-    if len(steps) < 2 or any(w is None for w in walls):
+    not progressing while it was stepping, wherever the floor does not bind."""
+    walls = [r.get("wall") for r in steps]
+    if len(steps) < 2 or None in walls:
         return None
     best: tuple[float, int] | None = None
+    busy = 0.0
     for i in range(1, len(steps)):
-        yard = sum(busy[:i]) / i
-        if yard > 0 and (best is None or (walls[i] - walls[i - 1]) / yard > best[0]):
-            best = ((walls[i] - walls[i - 1]) / yard, int(steps[i]["step"]))
+        busy += float(steps[i - 1].get("busy") or 0.0)
+        if busy > 0 and (best is None or (walls[i] - walls[i - 1]) * i / busy > best[0]):
+            best = ((walls[i] - walls[i - 1]) * i / busy, int(steps[i]["step"]))
     return (round(best[0], 2), best[1]) if best else None
 
 
@@ -155,8 +154,8 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
     """Replay ``runs`` (name -> {"steps": [...], "correction_cap": ...}) at once into one real Prometheus under
     ``base`` and watch its alerts until every replay has ended and ``done(seen)`` holds, or until the last step plus
     ``WAIT_S`` has passed (without ``done``: always that long, so an alert whose window catches up after the last
-    step is seen too; ``real_timing``: at each run's own pace, ``pace``). Returns, per run, the alert names that fired; the first
-    firing of each (run, alert), with its ``activeAt``; and the wall time each step was emitted."""
+    step is seen too; ``real_timing``: each run at its own pace, ``pace``). Returns, per run, the alert names that
+    fired; the first firing of each (run, alert), with its ``activeAt``; and the wall time each step was emitted."""
     import rlobs
     from rlobs.dashboards.observe import LocalPrometheus
 
@@ -304,7 +303,8 @@ def main() -> None:
                          "batch_seconds": round(wall, 1)})
             print(json.dumps(rows[-1]), flush=True)
     res = {"what": "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
-                   "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD, "real_timing": args.real_timing, "scale": SCALE,
+                   "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD,
+           "real_timing": args.real_timing, "scale": SCALE,
            "for": {name: scaled_for(f) for name, f in fors.items()},
            "runs": rows, "runs_with_a_precursor_alert": [r["name"] for r in rows if r["fired"]],
            "runs_with_one_while_stepping": [r["name"] for r in rows if set(r["fired"]) - set(r["after_last_step"])],
