@@ -11,6 +11,11 @@ Phase names: heartbeats use the short verbs of the schema (generate, grade, trai
 phase events use the cost-accounting nouns (generation, grading, training, sync, wait). Either form
 is accepted; ``PHASE_ALIASES`` maps between them. Unknown names are passed through unchanged.
 
+Pauses: a trainer that stops stepping on purpose (a held-out evaluation, a checkpoint save) says so with
+``phase("eval")`` or ``phase("checkpoint")`` (``rlobs.schema.PAUSE_PHASES``). The heartbeat on entry and the
+phase event on exit tell the no-progress alert that a pause is under way and how long pauses take, so a long
+evaluation is not paged as a stall while a hung one still is.
+
     from probes import phase
     with phase("train", tokens=batch_tokens):
         loss.backward(); opt.step()
@@ -23,11 +28,13 @@ import time
 from contextlib import AbstractContextManager, contextmanager
 from typing import Iterator
 
+from rlobs.schema import PAUSE_PHASES
+
 from probes._common import Recorderish, recorder_or_global
 
 # heartbeat verb -> phase-event noun
 PHASE_ALIASES = {"generate": "generation", "grade": "grading", "train": "training", "sync": "sync",
-                 "wait": "wait", "idle": "idle"}
+                 "wait": "wait", "idle": "idle", **PAUSE_PHASES}
 _VERB = {noun: verb for verb, noun in PHASE_ALIASES.items()}
 
 

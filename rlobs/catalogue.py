@@ -202,6 +202,11 @@ METRICS: tuple[MetricSpec, ...] = (
        ("phase",), S("phase", "sum", "seconds", labels={"phase": "phase"})),
     _m("rlobs_phase_tokens_total", "counter", "tokens", "Tokens handled per phase (cost accounting).",
        ("phase",), S("phase", "sum", "tokens", labels={"phase": "phase"})),
+    _m("rlobs_phases_total", "counter", "1", "Phases completed, by phase (with the seconds: a pause's mean length).",
+       ("phase",), S("phase", "count", labels={"phase": "phase"})),
+    _m("rlobs_phase_end_timestamp_seconds", "gauge", "timestamp_seconds",
+       "Wall time the last phase of each name ended (a pause's end counts as progress for the no-progress alert).",
+       ("phase",), S("phase", "set", "ts_ns", labels={"phase": "phase"}, scale=1e-9)),
     # --- training ---
     _m("rlobs_train_steps_total", "counter", "1", "Optimiser steps taken.", (), S("train_step", "count")),
     _m("rlobs_train_step_last_timestamp_seconds", "gauge", "timestamp_seconds",

@@ -74,7 +74,8 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     # liveness
     _f("process-down", "critical", "30s", rule=False),
     _f("no-progress", "critical", "0m", rule=False,
-       alert_thresholds={"floor_seconds": 60.0, "step_multiple": 5.0}),
+       alert_thresholds={"floor_seconds": 60.0, "step_multiple": 5.0, "pause_multiple": 5.0,
+                         "pause_floor_seconds": 600.0}),
     _f("heartbeat-lost", "critical", "1m", thresholds={"silence_s": 120.0}),
     _f("incident-declared", "warning", "0m", rule=False),
     _f("record-damaged", "warning", None),

@@ -272,7 +272,6 @@ class Orchestrator:
         if self.on_step:
             self.on_step(out)
 
-    # ----- evaluation ------------------------------------------------------------------------
     def _forget_pending_sync(self) -> None:
         """A weight update sent to a generator that died: its reply will never come."""
         self._pending_sync = None
@@ -290,7 +289,8 @@ class Orchestrator:
             groups.append(Group(group_id=f"eval{self.step}-{i}", prompt_idx=-1 - i, prompt=p.prompt,
                                 answer=p.answer, n=4, seed=99_991 * (i + 1)))
         t0 = time.time()
-        rewards = [grade_exact(s.to_dict()) for g in self.generate(groups) for s in g.samples]
+        with telemetry.pause("eval"):
+            rewards = [grade_exact(s.to_dict()) for g in self.generate(groups) for s in g.samples]
         mean = sum(rewards) / max(1, len(rewards))
         telemetry.on_scalar("eval_reward_mean", mean, step=self.step)
         self.evals.append({"step": self.step, "reward_mean": mean, "samples": len(rewards)})
@@ -302,12 +302,13 @@ class Orchestrator:
         import ray
 
         d = checkpoint.step_dir(self.cfg.run_dir, self.step)
-        ray.get(self.trainer.save.remote(str(d)))
-        checkpoint.write_state(self.cfg.run_dir, self.step, {
-            "step": self.step, "version": self.version, "cursor": self.cursor,
-            "buffer": [g.to_dict() for g in self.buffer], "ledger": self.ledger.to_json(),
-            "consumed_groups": self.consumed_groups, "dropped": self.dropped, "evals": self.evals,
-            "config": self.cfg.to_dict()})
+        with telemetry.pause("checkpoint"):
+            ray.get(self.trainer.save.remote(str(d)))
+            checkpoint.write_state(self.cfg.run_dir, self.step, {
+                "step": self.step, "version": self.version, "cursor": self.cursor,
+                "buffer": [g.to_dict() for g in self.buffer], "ledger": self.ledger.to_json(),
+                "consumed_groups": self.consumed_groups, "dropped": self.dropped, "evals": self.evals,
+                "config": self.cfg.to_dict()})
 
     def restore(self) -> bool:
         import ray

@@ -143,6 +143,12 @@ def heartbeat(phase: str, detail: str = "") -> None:
     probe().liveness.beat(phase, detail)
 
 
+def pause(name: str) -> contextlib.AbstractContextManager[Any]:
+    """``with pause("eval"):`` around work in which the trainer takes no optimiser step on purpose (held-out
+    evaluation, checkpoint save: ``rlobs.schema.PAUSE_PHASES``), so the no-progress alert allows for it."""
+    return probe().liveness.phase(name)
+
+
 @contextlib.contextmanager
 def span(name: str, **attributes: Any) -> Iterator[Any]:
     with _rec().span(name, **attributes) as sp:

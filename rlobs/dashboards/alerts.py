@@ -31,6 +31,7 @@ from rlobs.dashboards.selectors import (
 )
 from rlobs.runbooks import PUBLISHED_BASE
 from rlobs.runbooks import runbook_url as _runbook_url
+from rlobs.schema import PAUSE_PHASES
 
 RUNBOOK_BASE_URL = PUBLISHED_BASE
 RULE_GROUP = "rlobs"
@@ -83,6 +84,11 @@ class AlertThresholds:
     # no optimiser step for max(floor, multiple x the recent mean step interval)
     no_progress_floor_seconds: float = field(default_factory=lambda: _th("no-progress", "floor_seconds"))
     no_progress_step_multiple: float = field(default_factory=lambda: _th("no-progress", "step_multiple"))
+    # a declared pause (held-out evaluation, checkpoint save) adds this many times its kind's mean length, at least the
+    # floor (a run's first pause has no history): the thirtieth early-warning run's evaluations took 5.6-11.6x the
+    # step yardstick while the run was healthy
+    no_progress_pause_multiple: float = field(default_factory=lambda: _th("no-progress", "pause_multiple"))
+    no_progress_pause_floor_seconds: float = field(default_factory=lambda: _th("no-progress", "pause_floor_seconds"))
     # grader p95 latency over 5 min vs its own p95 over the previous hour (the doctor's grader-slow numbers)
     grader_slow_ratio: float = field(default_factory=lambda: float(_doctor_thresholds("grader-slow")["ratio"]))
     grader_slow_min_seconds: float = field(
@@ -207,9 +213,13 @@ _LAST_STEP = agg("max", series("rlobs_train_step_last_timestamp_seconds", ALERT)
 # counters move only when a step completes, so a stall does not stretch its own yardstick (a rate of steps
 # over the window did: 5 steps then a stall read as a 15 min interval)
 _W1H = ALERT.with_window("1h")
-_STEP_INTERVAL = (f"(({agg('sum', increase('rlobs_trainer_step_seconds_total', _W1H), GROUP)} + "
-                  f"{agg('sum', increase('rlobs_trainer_data_wait_seconds_total', _W1H), GROUP)}) / "
-                  f"{agg('sum', increase('rlobs_train_steps_total', _W1H), GROUP)})")
+
+
+def _step_interval(by: tuple[str, ...]) -> str:
+    return (f"(({agg('sum', increase('rlobs_trainer_step_seconds_total', _W1H), by)} + "
+            f"{agg('sum', increase('rlobs_trainer_data_wait_seconds_total', _W1H), by)}) / "
+            f"{agg('sum', increase('rlobs_train_steps_total', _W1H), by)})")
+
 # Who to look at first when nothing progresses: a process of the run that does not answer scrapes (died,
 # stopped), else the one whose heartbeat is oldest. (Oldest heartbeat alone named an idle grader on a fast
 # machine: graders that finished their last batch before the generator stopped had older heartbeats.)
@@ -218,6 +228,34 @@ _SUSPECT = ('{{ with query (printf "(max by (component) (up{run=\\"%s\\"} == 0))
             '$labels.run $labels.run $labels.run) }}{{ . | first | label "component" }}{{ end }}')
 _LAST_PHASE = ('{{ with query (printf "topk(1, ' + _HB + '{run=\\"%s\\",component=\\"%s\\",rank=\\"%s\\"})" '
                '$labels.run $labels.component $labels.rank) }}{{ . | first | label "phase" }}{{ end }}')
+
+
+def _no_progress(t: AlertThresholds) -> str:
+    """The trainer of a run is up and has taken no optimiser step for over ``step_multiple`` times its step interval
+    (and ``floor_seconds``), counted from its last step or from the end of its last pause, whichever is later; while a
+    pause is under way (a held-out evaluation, a checkpoint save: ``PAUSE_PHASES``, which the trainer declares with
+    ``probes.phase``), the allowance grows by ``pause_multiple`` times that kind of pause's mean length over the last
+    6 hours (completed pauses only, so a hung one does not stretch its own yardstick), and at least
+    ``pause_floor_seconds`` (a run's first pause has no history). The value is the time since the last step."""
+    run, per = ("run",), ("run", "phase")
+    beats = agg("max", series(_HB, ALERT, phase=("=~", "|".join(PAUSE_PHASES))), run)
+    ends = series("rlobs_phase_end_timestamp_seconds", ALERT, phase=("=~", "|".join(PAUSE_PHASES.values())))
+    progress = agg("max", f"{series('rlobs_train_step_last_timestamp_seconds', ALERT)} or {ends}", run)
+    in_pause = f"(({beats} > {agg('max', ends, run)}) or ({beats} unless on (run) {agg('max', ends, run)}))"
+    w6h = ALERT.with_window("6h")
+    nouns = ("=~", "|".join(PAUSE_PHASES.values()))
+    pause_mean = agg("max", f"{agg('sum', new_or_increase('rlobs_phase_seconds_total', w6h, phase=nouns), per)} / "
+                            f"{agg('sum', new_or_increase('rlobs_phases_total', w6h, phase=nouns), per)}", run)
+    pause_allow = f"clamp_min(({t.no_progress_pause_multiple:g} * {pause_mean} > 0) or (0 * {beats}), " \
+                  f"{t.no_progress_pause_floor_seconds:g})"
+
+    def step_allow(last: str, by: tuple[str, ...]) -> str:
+        return (f"clamp_min(({t.no_progress_step_multiple:g} * {_step_interval(by)} > 0) or (0 * {last}), "
+                f"{t.no_progress_floor_seconds:g})")
+
+    extra = f"(({pause_allow} and on (run) {in_pause}) or (0 * {progress}))"
+    return (f"((time() - {_LAST_STEP}) > {step_allow(_LAST_STEP, GROUP)}) and on (run) "
+            f"((time() - {progress}) > ({step_allow(progress, run)} + {extra}))")
 
 
 def _grader_p95(histogram: str, window: str = "5m", offset: str = "") -> str:
@@ -239,12 +277,13 @@ RULES: tuple[AlertRule, ...] = (
                      not_yet_min=6, firing_min=7, component="grader", up=False)),
     AlertRule(
         "no-progress", "critical",
-        running(f"(time() - {_LAST_STEP}) > clamp_min(({T.no_progress_step_multiple:g} * {_STEP_INTERVAL} > 0) "
-                f"or (0 * {_LAST_STEP}), {T.no_progress_floor_seconds:g})"), "0m",
+        running(_no_progress(T)), "0m",
         "No optimiser step for {{ $value | humanizeDuration }} ({{ $labels.run }})",
         "{{ $labels.component }} of run {{ $labels.run }} is up but has taken no optimiser step for "
         "{{ $value | humanizeDuration }}, over " + f"{T.no_progress_step_multiple:g}" + "x its step interval "
-        f"(step plus data wait, last hour; at least {T.no_progress_floor_seconds:g} s). Suspect (a process that "
+        f"(step plus data wait, last hour; at least {T.no_progress_floor_seconds:g} s) since its last step or "
+        f"declared pause (evaluation, checkpoint; during one, {T.no_progress_pause_multiple:g}x that pause's mean "
+        f"more, at least {T.no_progress_pause_floor_seconds:g} s). Suspect (a process that "
         "does not answer, else the one whose heartbeat is oldest): " + _SUSPECT + ".",
         PromtoolCase((("rlobs_train_step_last_timestamp_seconds", {}, "0+60x5 300x14"),
                       ("rlobs_train_steps_total", {}, "0+60x5 300x14"),

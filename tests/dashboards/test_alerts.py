@@ -214,3 +214,93 @@ def test_oversized_updates_alert_is_quiet_on_a_solved_task_whose_steps_have_no_g
     out = subprocess.run([need("promtool"), "test", "rules", "solved_oversized_test.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def _trainer_with_pauses(minutes: int, steps: list[int], pauses: list[tuple[int, int | None]],
+                         declared: bool = True) -> list[dict[str, str]]:
+    """promtool input series, one sample a minute for ``minutes`` minutes: the trainer steps at each minute of ``steps``
+    (60 s of optimiser time each), and its driver evaluates held-out success over each ``(start, end)`` minute span of
+    ``pauses`` (``end`` None: it never ends), declared as trainer_ref's ``telemetry.pause("eval")`` declares it: a
+    heartbeat of phase ``eval`` on entry, a phase event ``evaluation`` on exit. ``declared=False``: the same run, its
+    pauses undeclared (the rule before pauses counted)."""
+    def sel(name: str, **extra: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**a.CASE_LABELS, **extra}.items()) + "}"
+
+    def values(f) -> str:
+        return " ".join("_" if (v := f(m)) is None else f"{v:g}" for m in range(minutes + 1))
+
+    def done(m: int) -> list[int]:
+        return [s for s in steps if s <= m]
+
+    def ended(m: int) -> list[tuple[int, int]]:
+        return [(b, e) for b, e in pauses if e is not None and e <= m]
+
+    def started(m: int) -> list[int]:
+        return [b for b, _ in pauses if b <= m]
+
+    out = [{"series": sel("rlobs_train_steps_total"), "values": values(lambda m: len(done(m)))},
+           {"series": sel("rlobs_trainer_step_seconds_total"), "values": values(lambda m: 60 * len(done(m)))},
+           {"series": sel("rlobs_trainer_data_wait_seconds_total"), "values": values(lambda m: 0)},
+           {"series": sel("rlobs_train_step_last_timestamp_seconds"),
+            "values": values(lambda m: 60 * max(done(m)) if done(m) else None)},
+           {"series": sel("up"), "values": f"1x{minutes}"},
+           {"series": sel("up", component="driver"), "values": f"1x{minutes}"}]
+    if declared:
+        driver = {"component": "driver"}
+        out += [{"series": sel("rlobs_heartbeat_timestamp_seconds", phase="eval", **driver),
+                 "values": values(lambda m: 60 * max(started(m)) if started(m) else None)},
+                {"series": sel("rlobs_phase_end_timestamp_seconds", phase="evaluation", **driver),
+                 "values": values(lambda m: 60 * max(e for _, e in ended(m)) if ended(m) else None)},
+                {"series": sel("rlobs_phase_seconds_total", phase="evaluation", **driver),
+                 "values": values(lambda m: sum(60 * (e - b) for b, e in ended(m)) if ended(m) else None)},
+                {"series": sel("rlobs_phases_total", phase="evaluation", **driver),
+                 "values": values(lambda m: len(ended(m)) if ended(m) else None)}]
+    else:  # the driver still beats, in another phase
+        out.append({"series": sel("rlobs_heartbeat_timestamp_seconds", phase="sync", component="driver"),
+                    "values": values(lambda m: 60 * m)})
+    return out
+
+
+def test_no_progress_allows_a_declared_pause_and_still_pages_a_hung_one(tmp_path):
+    """The thirtieth early-warning run: healthy runs waited through held-out evaluations 5.6-11.6x as long as the
+    no-progress yardstick (5 step intervals), so at a scale where the 60 s floor does not bind the page came while
+    the run was healthy. A pause the trainer declares (``telemetry.pause``: heartbeat ``eval``, phase event
+    ``evaluation``) adds 5x that pause's mean length (at least 600 s, a run's first pause) to the allowance, and its
+    end counts as progress. promtool on the committed rule, a trainer stepping every minute (allowance 5 min):
+    a 12-minute evaluation after a 2-minute one at minute 0 pages nobody (the same run undeclared pages at 16m); a
+    hung evaluation pages once 5 + 10 minutes have passed since the last step; a trainer that hangs right after an
+    evaluation pages 5 minutes after its end; with three 4-minute evaluations behind it the allowance is 5 + 20
+    minutes, so a 22-minute evaluation does not page and a hung one pages at 26m."""
+    r = a.rule("no-progress")
+    every = list(range(1, 11))
+
+    def case(name: str, steps: list[int], pauses: list[tuple[int, int | None]], checks: dict[int, str | None],
+             minutes: int = 40, declared: bool = True) -> dict:
+        alert = {**r.labels, "run": "r1", "component": "trainer"}
+
+        def exp(value: str | None) -> list[dict]:
+            return [] if value is None else [{"exp_labels": alert, "exp_annotations": {
+                k: a._render(v, alert, value, "driver") for k, v in r.annotations().items()}}]
+
+        return {"name": name, "interval": "1m", "input_series": _trainer_with_pauses(minutes, steps, pauses, declared),
+                "alert_rule_test": [{"eval_time": f"{m}m", "alertname": r.name, "exp_alerts": exp(v)}
+                                    for m, v in checks.items()]}
+
+    resumed = every + list(range(23, 41))
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml")], "evaluation_interval": "1m", "tests": [
+        case("a 12-minute evaluation, declared: no page", resumed, [(0, 2), (10, 22)],
+             {16: None, 21: None, 22: None, 24: None, 30: None}),
+        case("the same evaluation, undeclared: paged while the run is healthy", resumed, [(0, 2), (10, 22)],
+             {15: None, 16: "6m 0s", 22: "12m 0s", 24: None}, declared=False),
+        case("a hung evaluation: paged 5 + 10 minutes after the last step", every, [(0, 2), (10, None)],
+             {16: None, 25: None, 26: "16m 0s", 35: "25m 0s"}),
+        case("a hang right after an evaluation: paged 5 minutes after its end", every, [(0, 2), (10, 22)],
+             {22: None, 27: None, 28: "18m 0s"}),
+        case("three 4-minute evaluations behind it: a 22-minute one does not page", list(range(13, 21)) +
+             list(range(43, 50)), [(0, 4), (4, 8), (8, 12), (20, 42)], {26: None, 40: None, 44: None}, minutes=50),
+        case("three 4-minute evaluations behind it: a hung one pages at 5 + 20 minutes", list(range(13, 21)),
+             [(0, 4), (4, 8), (8, 12), (20, None)], {44: None, 46: "26m 0s"}, minutes=50)]}
+    (tmp_path / "pause_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "pause_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr

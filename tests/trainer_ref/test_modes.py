@@ -32,7 +32,9 @@ MUST_FAMILIES = ("rlobs_train_steps_total", "rlobs_grad_norm", "rlobs_advantage_
                  "rlobs_parity_post_sync_abs_logprob_diff_mean", "rlobs_effective_throughput_samples_per_second",
                  "rlobs_predicted_staleness_versions", "rlobs_sync_bubble_seconds_total",
                  "rlobs_trainer_reward_wait_seconds_total", "rlobs_effective_token_ratio", "rlobs_samples_total",
-                 "rlobs_heartbeats_total", "rlobs_phase_seconds_total", "rlobs_queue_depth", "rlobs_rollouts_total")
+                 "rlobs_heartbeats_total", "rlobs_phase_seconds_total", "rlobs_queue_depth", "rlobs_rollouts_total",
+                 # the driver's declared pause (the held-out evaluation before step 1): the no-progress alert's input
+                 "rlobs_phases_total", "rlobs_phase_end_timestamp_seconds")
 
 
 def scrape_all(run_dir: Path) -> tuple[str, int]:
@@ -170,7 +172,16 @@ def test_run_record_has_every_component(stack):
     assert rec.sql("select count(*) from train_step where data_wait_s is not null").fetchall()[0][0] >= STEPS
     assert rec.sql("select count(*) from span where name = 'weight_sync'").fetchall()[0][0] >= STEPS
     phases = {r[0] for r in rec.sql("select distinct phase from phase").fetchall()}
-    assert {"training", "sync", "grading"} <= phases
+    assert {"training", "sync", "grading", "evaluation", "checkpoint"} <= phases
+    # the driver declares its pauses (held-out evaluations before step 1 and after the last, the final checkpoint):
+    # a heartbeat on entry, a timed phase on exit, each entry before its exit (the no-progress alert's inputs)
+    for beat, noun, n in (("eval", "evaluation", 2), ("checkpoint", "checkpoint", 1)):
+        entries = [r[0] for r in rec.sql(f"select ts_ns from heartbeat where component = 'driver' and phase = '{beat}' "
+                                         "order by ts_ns").fetchall()]
+        exits = rec.sql(f"select ts_ns, seconds from phase where component = 'driver' and phase = '{noun}' "
+                        "order by ts_ns").fetchall()
+        assert len(entries) == len(exits) >= n, (beat, entries, exits)
+        assert all(b < e and s > 0 for b, (e, s) in zip(entries, exits)), (beat, entries, exits)
     cats = {r[0] for r in rec.sql("select distinct category from goodput").fetchall()}
     assert "effective" in cats or "zero_advantage" in cats
     rows = rec.sql("select boundary, count(*) from weight_sync group by 1").fetchall()
