@@ -474,6 +474,24 @@ RUN30_FRESH = _register_fresh(RUN30, range(128, 132), range(122, 126), range(20,
 # the mean wall gap instead of the yardstick, 6 of the 36 runs (these and healthy-async-s16) still reach 5x: no
 # yardstick of step times bounds those pauses. Bar missed: reverted (the revert of c2acc52).
 
+# Thirty-first run (5 Dec 2026, registered here before any of its runs was trained): declared pauses for the
+# no-progress alert, measured by bench/no_progress_pauses.py, not a precursor. The thirtieth run's (c): healthy runs
+# waited through held-out evaluations 5.6-11.6x as long as the no-progress yardstick. The change (committed before
+# these runs are trained): trainer_ref declares its evaluations and checkpoint saves (telemetry.pause: heartbeat
+# eval/checkpoint on entry, phase evaluation/checkpoint on exit); RlobsNoProgress counts from the last step or the
+# last pause's end, whichever is later, and during a pause adds 5x that pause kind's mean length (6 h) to the 5 step
+# intervals. Fresh, their number fixed here, 60 steps: staleness-no-is 46-49 (separate_async), kl-blow-up 126-129,
+# healthy 132-135, healthy-async 24-27 (separate_async): 16 runs. Each record's series are rebuilt at 20 scrapes a
+# second and backfilled into a real Prometheus, which evaluates the committed rule with both floors at 0 (the regime
+# of a large run, where only the multiples bind) twice: as recorded, and with the pause series left out (the rule
+# before). Stated before training, the change lands if: (a) as recorded, no fresh run is paged while it steps or
+# evaluates; (b) every simulated hang is paged (the record cut and its series held, the processes up: in the middle of
+# each mid-run evaluation, and half a step after steps 20 and 40), after the cut by no more than the rule's allowance
+# at the cut plus one mean step. The undeclared rule's pages on the same runs are reported. Any fails: reverted and
+# reported.
+RUN31 = {"staleness-no-is": tuple(range(46, 50)), "kl-blow-up": tuple(range(126, 130))}
+RUN31_FRESH = _register_fresh(RUN31, range(132, 136), range(0), range(24, 28))
+
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
