@@ -491,6 +491,16 @@ RUN30_FRESH = _register_fresh(RUN30, range(128, 132), range(122, 126), range(20,
 # reported.
 RUN31 = {"staleness-no-is": tuple(range(46, 50)), "kl-blow-up": tuple(range(126, 130))}
 RUN31_FRESH = _register_fresh(RUN31, range(132, 136), range(0), range(24, 28))
+# Scored once (bench/results/no_progress_pauses_run31.md, 46 s): (b) held: 208 of 208 simulated hangs paged, each
+# within 0.05 s of the moment the rule's arithmetic made it due (3.4-20.8 s after the cut, 8-77 mean steps: the cold
+# first evaluation before step 1, 2.7-4 s, inflates the mean pause for the early ones). But the registered
+# hang-step@20/@40 cuts fell inside the evaluations after steps 20 and 40 (every 5 steps): no hang between two steps
+# was simulated. (a) held by its letter, not its intent: no run was paged while it stepped or evaluated, but
+# staleness-no-is s47 and s48 were paged after their last step (1.45 s and 0.6 s of page) while separate_async's
+# dispatcher drained its in-flight generation before the final evaluation, a pause the trainer did not declare. The
+# rule before, on the same records: those two runs paged during their mid-run evaluations (s47 at steps 20, 30, 40,
+# 50; s48 at 40, 50, 55) and in the same wind-down; the other 14 runs' evaluations (0.1-1.3 s) stayed inside 5 step
+# intervals. Not landed on this score alone: the drain is declared and scored on fresh runs (thirty-second run).
 
 
 def _flags(run_dir: Path) -> list[str]:

@@ -63,8 +63,9 @@ class LocalPrometheus:
 
     def __init__(self, run_dirs: Sequence[str | os.PathLike[str]], *, port: int = 9090,
                  scrape_interval: str = "2s", rules_file: Path | None = None, binary: str = PROMETHEUS_BIN,
-                 retention: str = "1d", runbook_base: str | None = None):
+                 retention: str = "1d", runbook_base: str | None = None, tsdb: Path | None = None):
         self.run_dirs = [Path(d) for d in run_dirs]
+        self.tsdb = tsdb  # an existing TSDB to serve (a backfill: promtool tsdb create-blocks-from); kept on stop
         self.runbook_base = runbook_base  # base of the alerts' runbook_url (generated rules only)
         self.port = port or free_port()
         self.scrape_interval = scrape_interval
@@ -90,17 +91,17 @@ class LocalPrometheus:
         config.write_text(prometheus_config(self.run_dirs, rules, self.scrape_interval), encoding="utf-8")
         log = open(self.workdir / "prometheus.log", "wb")
         self.proc = subprocess.Popen(
-            [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.workdir / 'tsdb'}",
+            [self.binary, f"--config.file={config}", f"--storage.tsdb.path={self.tsdb or self.workdir / 'tsdb'}",
              f"--storage.tsdb.retention.time={self.retention}", f"--web.listen-address=127.0.0.1:{self.port}",
              "--web.enable-lifecycle"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         log.close()
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
+            if (rc := self.proc.poll()) is not None:
                 tail = self.log_tail()
                 self.stop()
-                raise PrometheusError(f"prometheus exited with {self.proc.returncode}:\n{tail}")
+                raise PrometheusError(f"prometheus exited with {rc}:\n{tail}")
             try:
                 with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as resp:
                     if resp.status == 200:
