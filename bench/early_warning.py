@@ -502,6 +502,19 @@ RUN31_FRESH = _register_fresh(RUN31, range(132, 136), range(0), range(24, 28))
 # 50; s48 at 40, 50, 55) and in the same wind-down; the other 14 runs' evaluations (0.1-1.3 s) stayed inside 5 step
 # intervals. Not landed on this score alone: the drain is declared and scored on fresh runs (thirty-second run).
 
+# Thirty-second run (5 Dec 2026, registered here before any of its runs was trained): the drain declared. The change
+# (committed before these runs are trained): separate_async's wind-down (the dispatcher draining in-flight generation
+# into the buffer) is a declared pause, telemetry.pause("drain"), a third kind in PAUSE_PHASES; the bench cuts hangs
+# in every declared pause after step 1 (the final evaluation, the drain and the checkpoint included) and half a mean
+# step after steps 22 and 42 (not evaluation steps). Fresh, their number fixed here, 60 steps: staleness-no-is 50-53
+# and healthy-async 28-31 (separate_async), healthy 136-137 and kl-blow-up 130-131 (sync): 12 runs, scored by
+# bench/no_progress_pauses.py as the thirty-first. Stated before training, the change lands if: (a) as recorded, no
+# run is paged at any time between its first step and its last event; (b) every simulated hang is paged, after the
+# cut by no more than the rule's allowance at the cut plus one mean step. The undeclared rule is reported. Any fails:
+# the pause change (this and the thirty-first's) is reverted and reported.
+RUN32 = {"staleness-no-is": tuple(range(50, 54)), "kl-blow-up": tuple(range(130, 132))}
+RUN32_FRESH = _register_fresh(RUN32, range(136, 138), range(0), range(28, 32))
+
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}

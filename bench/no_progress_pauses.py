@@ -15,8 +15,9 @@ Scenarios of each run (each its own ``run`` label in the one TSDB):
 - ``undeclared``: the same, the pause series left out (the heartbeats and phase events of ``PAUSE_PHASES``): the
   rule as it was before pauses counted.
 - hangs: the record cut at a moment and every series held from there on for ``HOLD_S``, its processes up: in the
-  middle of each evaluation after the first step (``hang-eval@S``), and half a mean step after steps 20 and 40
-  (``hang-step@S``). Each must page; the expected moment is the rule's own arithmetic on the series at the cut (the
+  middle of each declared pause after the first step (``hang-evaluation@S``, ``hang-drain@S``,
+  ``hang-checkpoint@S``: S is the last step before it), and half a mean step after steps 22 and 42 (``hang-step@S``:
+  not evaluation steps, which come every 5; the thirty-first run cut after 20 and 40 and landed in evaluations). Each must page; the expected moment is the rule's own arithmetic on the series at the cut (the
   later of the last step and the last pause's end, plus 5 step intervals, plus 5 mean pauses while one is under way).
 """
 
@@ -40,7 +41,7 @@ sys.path.insert(0, str(ROOT))
 KEEPALIVE_S = 1.0  # a sample of every series at least this often (a scrape), besides one at each change
 STEP_S = 0.05  # query_range resolution, seconds
 HOLD_S = 90.0  # how long a hang holds its series (record seconds)
-HANG_AFTER_STEPS = (20, 40)
+HANG_AFTER_STEPS = (22, 42)  # (the thirty-first run's 20 and 40 fell inside evaluations)
 STEP_METRICS = ("rlobs_train_steps_total", "rlobs_trainer_step_seconds_total", "rlobs_trainer_data_wait_seconds_total")
 
 
@@ -237,7 +238,7 @@ def scenarios(events: Mapping[str, list[tuple]], name: str) -> list[dict[str, An
            {"scenario": "undeclared", "run": f"{name}|undeclared", "declared": False, "cut": None}]
     first = walls[0][1] if walls else math.inf
     for phase, start, end in pauses(events):
-        if start > first and end is not None and walls and end < walls[-1][1]:
+        if start > first and end is not None:  # (pauses after the last step too: a hung final evaluation)
             step = max(s for s, w in walls if w <= start)
             out.append({"scenario": f"hang-{phase}@{step}", "run": f"{name}|hang-{phase}@{step}", "declared": True,
                         "cut": (start + end) / 2})

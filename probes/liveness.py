@@ -11,8 +11,9 @@ Phase names: heartbeats use the short verbs of the schema (generate, grade, trai
 phase events use the cost-accounting nouns (generation, grading, training, sync, wait). Either form
 is accepted; ``PHASE_ALIASES`` maps between them. Unknown names are passed through unchanged.
 
-Pauses: a trainer that stops stepping on purpose (a held-out evaluation, a checkpoint save) says so with
-``phase("eval")`` or ``phase("checkpoint")`` (``rlobs.schema.PAUSE_PHASES``). The heartbeat on entry and the
+Pauses: a trainer that stops stepping on purpose (a held-out evaluation, a checkpoint save, draining in-flight
+generation before one) says so with ``phase("eval")``, ``phase("checkpoint")`` or ``phase("drain")``
+(``rlobs.schema.PAUSE_PHASES``). The heartbeat on entry and the
 phase event on exit tell the no-progress alert that a pause is under way and how long pauses take, so a long
 evaluation is not paged as a stall while a hung one still is.
 

@@ -22,10 +22,10 @@ from typing import Any, Mapping
 SCHEMA_VERSION = "1.5"  # 1.5: train_step.policy_kl; 1.4: staleness.is_correction_cap; 1.3: weight_sync.path; 1.2: parity.mean_abs_dprob / max_abs_dprob, kind rollout_summary (importers)
 SCHEMA_MAJOR = 1
 
-# Phases in which a trainer takes no optimiser step on purpose (a held-out evaluation, a checkpoint save), as the
-# heartbeat names them -> as the phase event names them. A trainer wraps them in ``probes.phase``; the no-progress
-# alert gives a pause its own allowance instead of reading it as a stall.
-PAUSE_PHASES: Mapping[str, str] = {"eval": "evaluation", "checkpoint": "checkpoint"}
+# Phases in which a trainer takes no optimiser step on purpose (a held-out evaluation, a checkpoint save, the drain
+# of in-flight generation before one), as the heartbeat names them -> as the phase event names them. A trainer wraps
+# them in ``probes.phase``; the no-progress alert gives a pause its own allowance instead of reading it as a stall.
+PAUSE_PHASES: Mapping[str, str] = {"eval": "evaluation", "checkpoint": "checkpoint", "drain": "drain"}
 
 # Documented migrations between major versions (none yet: 1 is the first).
 MIGRATIONS: dict[tuple[int, int], str] = {}
@@ -228,11 +228,11 @@ _KIND_LIST: tuple[Kind, ...] = (
     )),
     Kind("heartbeat", "liveness of a component", (
         F("phase", "string", "what the component is doing: generate, grade, train, sync, wait, idle; "
-                             "eval or checkpoint: a pause (PAUSE_PHASES)"),
+                             "eval, checkpoint or drain: a pause (PAUSE_PHASES)"),
         F("detail", "string", "free text"),
     )),
     Kind("phase", "one completed phase of a component (cost accounting)", (
-        F("phase", "string", "generation | grading | training | sync | wait | evaluation | checkpoint"),
+        F("phase", "string", "generation | grading | training | sync | wait | evaluation | checkpoint | drain"),
         F("seconds", "float64", "duration"),
         F("tokens", "int64", "tokens handled"),
     )),

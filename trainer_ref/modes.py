@@ -94,7 +94,8 @@ def run_separate_async(orch: Orchestrator, end: int) -> None:
             orch.finish_step(out)
         orch.recovery.resilient(orch.finish_sync)
     finally:
-        dispatcher.close()
+        with telemetry.pause("drain"):  # in-flight generation finishes into the buffer: no step until it has
+            dispatcher.close()
         earlier = list(backlog)
         while not graded.empty():
             earlier.append(graded.get())

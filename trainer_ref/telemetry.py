@@ -145,7 +145,8 @@ def heartbeat(phase: str, detail: str = "") -> None:
 
 def pause(name: str) -> contextlib.AbstractContextManager[Any]:
     """``with pause("eval"):`` around work in which the trainer takes no optimiser step on purpose (held-out
-    evaluation, checkpoint save: ``rlobs.schema.PAUSE_PHASES``), so the no-progress alert allows for it."""
+    evaluation, checkpoint save, the drain of in-flight generation: ``rlobs.schema.PAUSE_PHASES``), so the
+    no-progress alert allows for it."""
     return probe().liveness.phase(name)
 
 

@@ -230,13 +230,15 @@ _LAST_PHASE = ('{{ with query (printf "topk(1, ' + _HB + '{run=\\"%s\\",componen
                '$labels.run $labels.component $labels.rank) }}{{ . | first | label "phase" }}{{ end }}')
 
 
-def _no_progress(t: AlertThresholds) -> str:
+def no_progress_expr(t: AlertThresholds) -> str:
     """The trainer of a run is up and has taken no optimiser step for over ``step_multiple`` times its step interval
     (and ``floor_seconds``), counted from its last step or from the end of its last pause, whichever is later; while a
-    pause is under way (a held-out evaluation, a checkpoint save: ``PAUSE_PHASES``, which the trainer declares with
-    ``probes.phase``), the allowance grows by ``pause_multiple`` times that kind of pause's mean length over the last
-    6 hours (completed pauses only, so a hung one does not stretch its own yardstick), and at least
-    ``pause_floor_seconds`` (a run's first pause has no history). The value is the time since the last step."""
+    pause is under way (a held-out evaluation, a checkpoint save, a drain: ``PAUSE_PHASES``, which the trainer declares
+    with ``probes.phase``), the allowance grows by ``pause_multiple`` times the mean length of the slowest kind of
+    pause over the last 6 hours (completed pauses only, so a hung one does not stretch its own yardstick; any kind's,
+    so a run's first drain is measured by its evaluations), and at least ``pause_floor_seconds`` (a run's first
+    pause has no history). The value is the time since the last step; gated on
+    the trainer's target being up (``running``). ``bench/no_progress_pauses.py`` evaluates it on real runs."""
     run, per = ("run",), ("run", "phase")
     beats = agg("max", series(_HB, ALERT, phase=("=~", "|".join(PAUSE_PHASES))), run)
     ends = series("rlobs_phase_end_timestamp_seconds", ALERT, phase=("=~", "|".join(PAUSE_PHASES.values())))
@@ -254,8 +256,8 @@ def _no_progress(t: AlertThresholds) -> str:
                 f"{t.no_progress_floor_seconds:g})")
 
     extra = f"(({pause_allow} and on (run) {in_pause}) or (0 * {progress}))"
-    return (f"((time() - {_LAST_STEP}) > {step_allow(_LAST_STEP, GROUP)}) and on (run) "
-            f"((time() - {progress}) > ({step_allow(progress, run)} + {extra}))")
+    return running(f"((time() - {_LAST_STEP}) > {step_allow(_LAST_STEP, GROUP)}) and on (run) "
+                   f"((time() - {progress}) > ({step_allow(progress, run)} + {extra}))")
 
 
 def _grader_p95(histogram: str, window: str = "5m", offset: str = "") -> str:
@@ -277,13 +279,13 @@ RULES: tuple[AlertRule, ...] = (
                      not_yet_min=6, firing_min=7, component="grader", up=False)),
     AlertRule(
         "no-progress", "critical",
-        running(_no_progress(T)), "0m",
+        no_progress_expr(T), "0m",
         "No optimiser step for {{ $value | humanizeDuration }} ({{ $labels.run }})",
         "{{ $labels.component }} of run {{ $labels.run }} is up but has taken no optimiser step for "
         "{{ $value | humanizeDuration }}, over " + f"{T.no_progress_step_multiple:g}" + "x its step interval "
         f"(step plus data wait, last hour; at least {T.no_progress_floor_seconds:g} s) since its last step or "
-        f"declared pause (evaluation, checkpoint; during one, {T.no_progress_pause_multiple:g}x that pause's mean "
-        f"more, at least {T.no_progress_pause_floor_seconds:g} s). Suspect (a process that "
+        f"declared pause (evaluation, checkpoint, drain; during one, {T.no_progress_pause_multiple:g}x the mean "
+        f"pause more, at least {T.no_progress_pause_floor_seconds:g} s). Suspect (a process that "
         "does not answer, else the one whose heartbeat is oldest): " + _SUSPECT + ".",
         PromtoolCase((("rlobs_train_step_last_timestamp_seconds", {}, "0+60x5 300x14"),
                       ("rlobs_train_steps_total", {}, "0+60x5 300x14"),

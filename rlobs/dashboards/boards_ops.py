@@ -52,7 +52,7 @@ def overview() -> Board:
         stat("Seconds since the last optimiser step", m.SECONDS,
              "Wall time since the trainer's last optimiser step (alert RlobsNoProgress after "
              f"max({T.no_progress_floor_seconds:g} s, {T.no_progress_step_multiple:g}x the step interval), counted "
-             "from the end of a declared pause if later; during an evaluation or checkpoint save it allows "
+             "from the end of a declared pause if later; during an evaluation, checkpoint save or drain it allows "
              f"{T.no_progress_pause_multiple:g}x that pause's mean more, at least "
              f"{T.no_progress_pause_floor_seconds:g} s: this number grows through a pause without a page).",
              q(f"time() - {s.gauge('rlobs_train_step_last_timestamp_seconds', D, 'max', ('run',))}", "{{run}}"),

@@ -43,7 +43,7 @@ def test_pauses_and_hang_points_of_a_run():
     assert [(p, round(b - T0, 2), round(e - b, 2)) for p, b, e in ps] == [
         ("evaluation", 0.0, 1.0), ("evaluation", 6.01, 6.0), ("evaluation", 19.52, 6.0)]
     assert [s["scenario"] for s in npp.scenarios(ev, "x")] == [
-        "recorded", "undeclared", "hang-evaluation@10", "hang-evaluation@25", "hang-step@20"]
+        "recorded", "undeclared", "hang-evaluation@10", "hang-evaluation@25", "hang-step@22"]
 
 
 def test_a_real_prometheus_pages_the_undeclared_evaluation_and_every_hang_but_not_the_declared_run(tmp_path):
@@ -57,11 +57,11 @@ def test_a_real_prometheus_pages_the_undeclared_evaluation_and_every_hang_but_no
     assert sc["recorded"]["pages"] == []
     assert sc["undeclared"]["paged_steps"] == [10, 25], sc["undeclared"]
     hangs = [x for x in r["scenarios"] if "cut_s" in x]
-    assert [x["scenario"] for x in hangs] == ["hang-evaluation@10", "hang-evaluation@25", "hang-step@20"]
+    assert [x["scenario"] for x in hangs] == ["hang-evaluation@10", "hang-evaluation@25", "hang-step@22"]
     for x in hangs:
         assert x["within_bar"] and x["paged_before_cut"] == 0, x
         assert abs(x["fired_after_cut_s"] - x["due_after_cut_s"]) <= 0.2, x
     ev10, ev25 = sc["hang-evaluation@10"], sc["hang-evaluation@25"]
     assert ev10["in_pause"] and abs(ev10["allowance_s"] - (2.25 + 5.0)) < 0.05, ev10
     assert abs(ev25["allowance_s"] - (2.25 + 17.5)) < 0.05, ev25
-    assert not sc["hang-step@20"]["in_pause"] and abs(sc["hang-step@20"]["allowance_s"] - 2.25) < 0.05
+    assert not sc["hang-step@22"]["in_pause"] and abs(sc["hang-step@22"]["allowance_s"] - 2.25) < 0.05

@@ -172,10 +172,11 @@ def test_run_record_has_every_component(stack):
     assert rec.sql("select count(*) from train_step where data_wait_s is not null").fetchall()[0][0] >= STEPS
     assert rec.sql("select count(*) from span where name = 'weight_sync'").fetchall()[0][0] >= STEPS
     phases = {r[0] for r in rec.sql("select distinct phase from phase").fetchall()}
-    assert {"training", "sync", "grading", "evaluation", "checkpoint"} <= phases
-    # the driver declares its pauses (held-out evaluations before step 1 and after the last, the final checkpoint):
-    # a heartbeat on entry, a timed phase on exit, each entry before its exit (the no-progress alert's inputs)
-    for beat, noun, n in (("eval", "evaluation", 2), ("checkpoint", "checkpoint", 1)):
+    assert {"training", "sync", "grading", "evaluation", "checkpoint", "drain"} <= phases
+    # the driver declares its pauses (held-out evaluations before step 1 and after the last, the drain of in-flight
+    # generation after the last step, the final checkpoint): a heartbeat on entry, a timed phase on exit, each entry
+    # before its exit (the no-progress alert's inputs)
+    for beat, noun, n in (("eval", "evaluation", 2), ("checkpoint", "checkpoint", 1), ("drain", "drain", 1)):
         entries = [r[0] for r in rec.sql(f"select ts_ns from heartbeat where component = 'driver' and phase = '{beat}' "
                                          "order by ts_ns").fetchall()]
         exits = rec.sql(f"select ts_ns, seconds from phase where component = 'driver' and phase = '{noun}' "
