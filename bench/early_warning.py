@@ -514,6 +514,11 @@ RUN31_FRESH = _register_fresh(RUN31, range(132, 136), range(0), range(24, 28))
 # the pause change (this and the thirty-first's) is reverted and reported.
 RUN32 = {"staleness-no-is": tuple(range(50, 54)), "kl-blow-up": tuple(range(130, 132))}
 RUN32_FRESH = _register_fresh(RUN32, range(136, 138), range(0), range(28, 32))
+# Scored once (bench/results/no_progress_pauses_run32.md, 42 s): both held. (a) 0 pages on the 12 recorded runs,
+# first step to last event; the rule before paged all 4 staleness-no-is runs during 3-7 of their evaluations each (and
+# none of the 8 others). (b) 188 of 188 hangs paged, each within 0.05 s of due: 144 in evaluations (3.3-22.9 s after
+# the cut, 8-72 mean steps), 8 in drains (3.8-12.7 s), 12 in checkpoint saves (3.3-23.3 s), 24 between steps (1.1-2.1
+# s, 2-6 mean steps). The change lands.
 
 
 def _flags(run_dir: Path) -> list[str]:
