@@ -178,6 +178,11 @@ def step_walls(events: Mapping[str, list[tuple]]) -> list[tuple[int, float]]:
     return list(enumerate(steps, 1))
 
 
+def mean_step(walls: list[tuple[int, float]]) -> float:
+    """Mean wall seconds between two steps."""
+    return (walls[-1][1] - walls[0][1]) / max(len(walls) - 1, 1) if walls else 0.0
+
+
 def pauses(events: Mapping[str, list[tuple]]) -> list[tuple[str, float, float | None]]:
     """(pause phase, start, end or None) of each declared pause, in order."""
     from rlobs.schema import PAUSE_PHASES
@@ -233,7 +238,7 @@ def expected_deadline(series: Mapping[tuple, list[tuple[float, float]]], run: st
 def scenarios(events: Mapping[str, list[tuple]], name: str) -> list[dict[str, Any]]:
     """The run's scenarios: recorded, undeclared, and its hangs (where, the cut's time)."""
     walls = step_walls(events)
-    mean_step = (walls[-1][1] - walls[0][1]) / max(len(walls) - 1, 1) if walls else 0.0
+    half = mean_step(walls) / 2
     out = [{"scenario": "recorded", "run": f"{name}|recorded", "declared": True, "cut": None},
            {"scenario": "undeclared", "run": f"{name}|undeclared", "declared": False, "cut": None}]
     first = walls[0][1] if walls else math.inf
@@ -245,7 +250,7 @@ def scenarios(events: Mapping[str, list[tuple]], name: str) -> list[dict[str, An
     for k in HANG_AFTER_STEPS:
         if len(walls) > k:
             out.append({"scenario": f"hang-step@{k}", "run": f"{name}|hang-step@{k}", "declared": True,
-                        "cut": walls[k - 1][1] + mean_step / 2})
+                        "cut": walls[k - 1][1] + half})
     return out
 
 
@@ -304,7 +309,7 @@ def score_events(events: Mapping[str, list[tuple]], name: str, workdir: Path) ->
             matrix += prom.api("query_range", query=expr, start=f"{lo:.3f}", end=f"{hi:.3f}", step=f"{STEP_S:g}")[
                 "result"]
             lo = hi + STEP_S
-    mean_step = (walls[-1][1] - walls[0][1]) / max(len(walls) - 1, 1) if walls else 0.0
+    step_s = mean_step(walls)
     rows = []
     for s in scen:
         row: dict[str, Any] = {"scenario": s["scenario"]}
@@ -321,9 +326,9 @@ def score_events(events: Mapping[str, list[tuple]], name: str, workdir: Path) ->
                         "allowance_s": round(due["allowance"], 2), "due_after_cut_s": round(due["due"] - s["cut"], 2),
                         "fired_after_cut_s": None if fired is None else round(fired - s["cut"], 2),
                         "paged_before_cut": len(early)})
-            row["within_bar"] = fired is not None and fired - s["cut"] <= due["allowance"] + mean_step + STEP_S
+            row["within_bar"] = fired is not None and fired - s["cut"] <= due["allowance"] + step_s + STEP_S
         rows.append(row)
-    return {"name": name, "steps": len(walls), "mean_step_s": round(mean_step, 3),
+    return {"name": name, "steps": len(walls), "mean_step_s": round(step_s, 3),
             "pauses": [[p, round(a - walls[0][1], 2) if walls else a, None if b is None else round(b - a, 2)]
                        for p, a, b in pauses(events)],
             "scenarios": rows}

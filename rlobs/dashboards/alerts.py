@@ -237,19 +237,19 @@ def no_progress_expr(t: AlertThresholds) -> str:
     with ``probes.phase``), the allowance grows by ``pause_multiple`` times the mean length of the slowest kind of
     pause over the last 6 hours (completed pauses only, so a hung one does not stretch its own yardstick; any kind's,
     so a run's first drain is measured by its evaluations), and at least ``pause_floor_seconds`` (a run's first
-    pause has no history). The value is the time since the last step; gated on
-    the trainer's target being up (``running``). ``bench/no_progress_pauses.py`` evaluates it on real runs."""
+    pause has no history). The value is the time since the last step; gated on the trainer's target being up
+    (``running``). ``bench/no_progress_pauses.py`` evaluates it on real runs."""
     run, per = ("run",), ("run", "phase")
-    beats = agg("max", series(_HB, ALERT, phase=("=~", "|".join(PAUSE_PHASES))), run)
-    ends = series("rlobs_phase_end_timestamp_seconds", ALERT, phase=("=~", "|".join(PAUSE_PHASES.values())))
+    verbs, nouns = ("=~", "|".join(PAUSE_PHASES)), ("=~", "|".join(PAUSE_PHASES.values()))
+    beats = agg("max", series(_HB, ALERT, phase=verbs), run)  # a pause's heartbeat on entry ...
+    ends = series("rlobs_phase_end_timestamp_seconds", ALERT, phase=nouns)  # ... and its phase event on exit
     progress = agg("max", f"{series('rlobs_train_step_last_timestamp_seconds', ALERT)} or {ends}", run)
     in_pause = f"(({beats} > {agg('max', ends, run)}) or ({beats} unless on (run) {agg('max', ends, run)}))"
     w6h = ALERT.with_window("6h")
-    nouns = ("=~", "|".join(PAUSE_PHASES.values()))
     pause_mean = agg("max", f"{agg('sum', new_or_increase('rlobs_phase_seconds_total', w6h, phase=nouns), per)} / "
                             f"{agg('sum', new_or_increase('rlobs_phases_total', w6h, phase=nouns), per)}", run)
-    pause_allow = f"clamp_min(({t.no_progress_pause_multiple:g} * {pause_mean} > 0) or (0 * {beats}), " \
-                  f"{t.no_progress_pause_floor_seconds:g})"
+    pause_allow = (f"clamp_min(({t.no_progress_pause_multiple:g} * {pause_mean} > 0) or (0 * {beats}), "
+                   f"{t.no_progress_pause_floor_seconds:g})")
 
     def step_allow(last: str, by: tuple[str, ...]) -> str:
         return (f"clamp_min(({t.no_progress_step_multiple:g} * {_step_interval(by)} > 0) or (0 * {last}), "
