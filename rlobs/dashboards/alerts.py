@@ -230,15 +230,9 @@ _LAST_PHASE = ('{{ with query (printf "topk(1, ' + _HB + '{run=\\"%s\\",componen
                '$labels.run $labels.component $labels.rank) }}{{ . | first | label "phase" }}{{ end }}')
 
 
-def no_progress_expr(t: AlertThresholds) -> str:
-    """The trainer of a run is up and has taken no optimiser step for over ``step_multiple`` times its step interval
-    (and ``floor_seconds``), counted from its last step or from the end of its last pause, whichever is later; while a
-    pause is under way (a held-out evaluation, a checkpoint save, a drain: ``PAUSE_PHASES``, which the trainer declares
-    with ``probes.phase``), the allowance grows by ``pause_multiple`` times the mean length of the slowest kind of
-    pause over the last 6 hours (completed pauses only, so a hung one does not stretch its own yardstick; any kind's,
-    so a run's first drain is measured by its evaluations), and at least ``pause_floor_seconds`` (a run's first
-    pause has no history). The value is the time since the last step; gated on the trainer's target being up
-    (``running``). ``bench/no_progress_pauses.py`` evaluates it on real runs."""
+def _run_allowance(t: AlertThresholds) -> tuple[str, str]:
+    """(progress, allowance) of each run: the later of its trainer's last step and its last declared pause's end, and
+    how long after it a trainer may take no step (``no_progress_expr``), both by ``run``."""
     run, per = ("run",), ("run", "phase")
     verbs, nouns = ("=~", "|".join(PAUSE_PHASES)), ("=~", "|".join(PAUSE_PHASES.values()))
     beats = agg("max", series(_HB, ALERT, phase=verbs), run)  # a pause's heartbeat on entry ...
@@ -250,14 +244,41 @@ def no_progress_expr(t: AlertThresholds) -> str:
                             f"{agg('sum', new_or_increase('rlobs_phases_total', w6h, phase=nouns), per)}", run)
     pause_allow = (f"clamp_min(({t.no_progress_pause_multiple:g} * {pause_mean} > 0) or (0 * {beats}), "
                    f"{t.no_progress_pause_floor_seconds:g})")
-
-    def step_allow(last: str, by: tuple[str, ...]) -> str:
-        return (f"clamp_min(({t.no_progress_step_multiple:g} * {_step_interval(by)} > 0) or (0 * {last}), "
-                f"{t.no_progress_floor_seconds:g})")
-
     extra = f"(({pause_allow} and on (run) {in_pause}) or (0 * {progress}))"
-    return running(f"((time() - {_LAST_STEP}) > {step_allow(_LAST_STEP, GROUP)}) and on (run) "
-                   f"((time() - {progress}) > ({step_allow(progress, run)} + {extra}))")
+    return progress, f"({_step_allowance(t, progress, run)} + {extra})"
+
+
+def _step_allowance(t: AlertThresholds, last: str, by: tuple[str, ...]) -> str:
+    """``step_multiple`` step intervals (optimiser plus data wait, last hour), at least ``floor_seconds``."""
+    return (f"clamp_min(({t.no_progress_step_multiple:g} * {_step_interval(by)} > 0) or (0 * {last}), "
+            f"{t.no_progress_floor_seconds:g})")
+
+
+def no_progress_expr(t: AlertThresholds) -> str:
+    """The trainer of a run is up and has taken no optimiser step for over ``step_multiple`` times its step interval
+    (and ``floor_seconds``), counted from its last step or from the end of its last pause, whichever is later; while a
+    pause is under way (a held-out evaluation, a checkpoint save, a drain: ``PAUSE_PHASES``, which the trainer declares
+    with ``probes.phase``), the allowance grows by ``pause_multiple`` times the mean length of the slowest kind of
+    pause over the last 6 hours (completed pauses only, so a hung one does not stretch its own yardstick; any kind's,
+    so a run's first drain is measured by its evaluations), and at least ``pause_floor_seconds`` (a run's first
+    pause has no history). The value is the time since the last step; gated on the trainer's target being up
+    (``running``). ``bench/no_progress_pauses.py`` evaluates it on real runs."""
+    progress, allowance = _run_allowance(t)
+    return running(f"((time() - {_LAST_STEP}) > {_step_allowance(t, _LAST_STEP, GROUP)}) and on (run) "
+                   f"((time() - {progress}) > {allowance})")
+
+
+def heartbeat_lost_expr(t: AlertThresholds) -> str:
+    """A process of a run has sent no heartbeat for over ``heartbeat_silence_seconds`` and over its run's no-progress
+    allowance (``_run_allowance``: 5 step intervals, plus the pause allowance while a declared pause is under way),
+    while it still answers scrapes. trainer_ref's processes beat once a step or more often, so a trainer whose steps
+    take minutes (or a grader idle through a long evaluation) is not silent for long by its own run's measure; a run
+    that reports no steps gets the plain floor. The value is the silence."""
+    last_beat = agg("max", f"max_over_time({series(_HB, ALERT)}[15m])", _PROC)
+    allowance = _run_allowance(t)[1]
+    beats_r = agg("max", f"max_over_time({series(_HB, ALERT)}[15m])", ("run",))
+    allow = f"clamp_min(({allowance}) or (0 * {beats_r}), {t.heartbeat_silence_seconds:g})"
+    return running(f"(time() - {last_beat}) > on (run) group_left () {allow}", _PROC)
 
 
 def _grader_p95(histogram: str, window: str = "5m", offset: str = "") -> str:
@@ -296,12 +317,12 @@ RULES: tuple[AlertRule, ...] = (
                      "2m 0s", not_yet_min=6, firing_min=7, query_text="trainer")),
     AlertRule(
         "heartbeat-lost", "critical",
-        running(_gt(f"time() - {agg('max', f'max_over_time({series(_HB, ALERT)}[15m])', _PROC)}",
-                    T.heartbeat_silence_seconds), _PROC), "1m",
+        heartbeat_lost_expr(T), "1m",
         "{{ $labels.component }} rank {{ $labels.rank }} stopped sending heartbeats ({{ $labels.run }})",
         "No heartbeat from {{ $labels.component }} rank {{ $labels.rank }} ({{ $labels.instance }}) of run "
-        "{{ $labels.run }} for {{ $value | humanizeDuration }}, although the process still answers scrapes: "
-        "its main loop is stuck in phase " + _LAST_PHASE + " or waits on another process.",
+        "{{ $labels.run }} for {{ $value | humanizeDuration }} (over " + f"{T.heartbeat_silence_seconds:g}" + " s and "
+        "over the run's no-progress allowance: 5 step intervals, more during a declared pause), although the process "
+        "still answers scrapes: its main loop is stuck in phase " + _LAST_PHASE + " or waits on another process.",
         PromtoolCase(((_HB, {"phase": "train"}, "0+60x5"),), "4m 0s",
                      labels={"rank": "0", "instance": "127.0.0.1:9101"}, not_yet_min=7, firing_min=9,
                      query_text="train")),

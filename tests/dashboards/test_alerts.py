@@ -217,9 +217,9 @@ def test_oversized_updates_alert_is_quiet_on_a_solved_task_whose_steps_have_no_g
 
 
 def _trainer_with_pauses(minutes: int, steps: list[int], pauses: list[tuple[int, int | None]],
-                         declared: bool = True) -> list[dict[str, str]]:
+                         declared: bool = True, step_s: int = 60) -> list[dict[str, str]]:
     """promtool input series, one sample a minute for ``minutes`` minutes: the trainer steps at each minute of ``steps``
-    (60 s of optimiser time each), and its driver evaluates held-out success over each ``(start, end)`` minute span of
+    (``step_s`` of optimiser time each), and its driver evaluates held-out success over each ``(start, end)`` minute span of
     ``pauses`` (``end`` None: it never ends), declared as trainer_ref's ``telemetry.pause("eval")`` declares it: a
     heartbeat of phase ``eval`` on entry, a phase event ``evaluation`` on exit. ``declared=False``: the same run, its
     pauses undeclared (the rule before pauses counted)."""
@@ -239,7 +239,7 @@ def _trainer_with_pauses(minutes: int, steps: list[int], pauses: list[tuple[int,
         return [b for b, _ in pauses if b <= m]
 
     out = [{"series": sel("rlobs_train_steps_total"), "values": values(lambda m: len(done(m)))},
-           {"series": sel("rlobs_trainer_step_seconds_total"), "values": values(lambda m: 60 * len(done(m)))},
+           {"series": sel("rlobs_trainer_step_seconds_total"), "values": values(lambda m: step_s * len(done(m)))},
            {"series": sel("rlobs_trainer_data_wait_seconds_total"), "values": values(lambda m: 0)},
            {"series": sel("rlobs_train_step_last_timestamp_seconds"),
             "values": values(lambda m: 60 * max(done(m)) if done(m) else None)},
@@ -302,5 +302,55 @@ def test_no_progress_allows_a_declared_pause_and_still_pages_a_hung_one(tmp_path
              [(0, 4), (4, 8), (8, 12), (20, None)], {44: None, 46: "26m 0s"}, minutes=50)]}
     (tmp_path / "pause_test.yaml").write_text(yaml.safe_dump(doc))
     out = subprocess.run([need("promtool"), "test", "rules", "pause_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def _beats(minutes: int, at: list[int], component: str, phase: str, up: bool = True) -> list[dict[str, str]]:
+    """A process's heartbeat gauge (a beat at each minute of ``at``) and (``up``) its ``up``, one sample a minute."""
+    labels = {**a.CASE_LABELS, "component": component}
+    sel = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    last = [max((b for b in at if b <= m), default=None) for m in range(minutes + 1)]
+    return [{"series": f'rlobs_heartbeat_timestamp_seconds{{{sel},phase="{phase}"}}',
+             "values": " ".join("_" if b is None else str(60 * b) for b in last)},
+            {"series": f"up{{{sel}}}", "values": f"1x{minutes}"}][:2 if up else 1]
+
+
+def test_heartbeat_lost_is_measured_by_the_runs_own_steps(tmp_path):
+    """trainer_ref's trainer beats once a step, its grader once a batch: with steps of 5 minutes the fixed 120 s
+    silence paged every healthy run, and a grader idle through a long held-out evaluation paged too. The rule now
+    also waits for the run's no-progress allowance (5 step intervals, plus the pause allowance during a declared
+    pause). promtool on the committed rule: 5-minute steps page nobody; the same trainer stuck at 30m pages at 57m
+    (25 minutes of silence, then the rule's 1 minute), its grader still beating does not; a grader silent through a
+    declared 12-minute evaluation does not page (its driver beats at each step's weight sync, as trainer_ref's does)."""
+    r = a.rule("heartbeat-lost")
+    slow = list(range(5, 61, 5))
+
+    def case(name: str, series: list[dict], checks: dict[int, str | None]) -> dict:
+        alert = {**r.labels, "run": "r1", "component": "trainer", "rank": "0", "instance": "127.0.0.1:9101"}
+
+        def exp(value: str | None) -> list[dict]:
+            return [] if value is None else [{"exp_labels": alert, "exp_annotations": {
+                k: a._render(v, alert, value, "train") for k, v in r.annotations().items()}}]
+
+        return {"name": name, "interval": "1m", "input_series": series,
+                "alert_rule_test": [{"eval_time": f"{m}m", "alertname": r.name, "exp_alerts": exp(v)}
+                                    for m, v in checks.items()]}
+
+    stuck = [x for x in slow if x <= 30]
+    evaluating = list(range(1, 11)) + list(range(23, 41))
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml")], "evaluation_interval": "1m", "tests": [
+        case("5-minute steps: no page", _trainer_with_pauses(60, slow, [], step_s=300)[:4]
+             + _beats(60, slow, "trainer", "train") + _beats(60, [m + 1 for m in slow], "grader", "grade"),
+             {9: None, 20: None, 40: None, 58: None}),
+        case("5-minute steps, the trainer stuck at 30m: paged after 25 minutes", _trainer_with_pauses(
+            60, stuck, [], step_s=300)[:4] + _beats(60, stuck, "trainer", "train")
+             + _beats(60, [m + 1 for m in slow], "grader", "grade"), {50: None, 55: None, 58: "28m 0s"}),
+        case("a grader idle through a declared 12-minute evaluation: no page",
+             _trainer_with_pauses(40, evaluating, [(0, 2), (10, 22)]) + _beats(40, evaluating, "trainer", "train")
+             + _beats(40, evaluating, "grader", "grade") + _beats(40, evaluating, "driver", "sync", up=False),
+             {14: None, 18: None, 22: None, 30: None})]}
+    (tmp_path / "silence_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "silence_test.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr

@@ -167,6 +167,28 @@ def test_silent_component_is_reported_with_its_last_phase(tmp_path):
     a.close()
 
 
+@pytest.mark.parametrize("step_seconds,silent", [(1.0, False), (0.05, True)])
+def test_a_trainer_silent_for_less_than_its_runs_step_allowance_is_not_lost(tmp_path, step_seconds, silent):
+    """A trainer beats once a step: with steps that take minutes the fixed silence read every healthy run as stuck.
+    The limit is the longer of ``silence_s`` and the no-progress allowance (5 x optimiser-plus-data-wait seconds per
+    step). Real recorders, silence_s 0.5 s, the trainer 0.6 s silent while the generator goes on: steps of 1 s
+    (allowance 5 s) are not a finding; steps of 0.05 s (allowance 0.25 s, the floor 0.5 s binds) are."""
+    import time
+
+    t = rlobs.init(tmp_path / "hb", component="trainer", prometheus=False, set_global=False)
+    g = rlobs.init(tmp_path / "hb", component="generator", prometheus=False, set_global=False)
+    for _ in range(3):
+        t.heartbeat("train")
+        t.emit("train_step", loss=0.0, grad_norm=1.0, step_seconds=step_seconds, data_wait_s=0.0)
+    t.flush()
+    time.sleep(0.6)
+    g.heartbeat("generate")
+    g.close()
+    report = _diagnose(tmp_path / "hb", rule_ids=["heartbeat-lost"], thresholds={"heartbeat-lost": {"silence_s": 0.5}})
+    assert [f.rule for f in report.findings] == (["heartbeat-lost"] if silent else []), report.findings
+    t.close()
+
+
 def test_since_step_limits_the_judged_steps(scenario_root):
     path = scenario(scenario_root, "grad_spike")
     assert _diagnose(path, rule_ids=["grad-norm-spike"]).findings

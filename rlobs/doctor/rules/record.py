@@ -84,26 +84,57 @@ def _restarts(ctx: RunContext) -> dict[str, dict]:
     return out
 
 
+def run_allowance_s(ctx: RunContext, end_ns: int) -> float:
+    """The no-progress alert's allowance at ``end_ns``, read from the record (its numbers: the failure table's
+    ``no-progress``): ``step_multiple`` x the trainer's mean optimiser-plus-data-wait seconds per step over the hour
+    before, plus, while a declared pause is open (its heartbeat newer than its last phase event), ``pause_multiple``
+    x the slowest kind's mean completed pause over 6 hours, at least ``pause_floor_seconds``. 0 without either."""
+    from rlobs.failures import failure
+    from rlobs.schema import PAUSE_PHASES
+
+    th = failure("no-progress").alert_thresholds
+    allow = 0.0
+    if ctx.count("train_step"):
+        busy = ctx.rows("SELECT avg(coalesce(step_seconds, 0) + coalesce(data_wait_s, 0)) FROM train_step "
+                        f"WHERE ts_ns <= {int(end_ns)} AND ts_ns > {int(end_ns - 3600e9)}")[0][0]
+        allow = th["step_multiple"] * float(busy or 0.0)
+    if ctx.count("phase"):
+        verbs = ", ".join(f"'{v}'" for v in PAUSE_PHASES)
+        nouns = ", ".join(f"'{n}'" for n in PAUSE_PHASES.values())
+        upto = f"ts_ns <= {int(end_ns)}"
+        began = ctx.scalar(f"SELECT max(ts_ns) FROM heartbeat WHERE phase IN ({verbs}) AND {upto}")
+        ended_ns = ctx.scalar(f"SELECT max(ts_ns) FROM phase WHERE phase IN ({nouns}) AND {upto}")
+        mean_s = ctx.scalar(f"SELECT max(a) FROM (SELECT avg(seconds) a FROM phase WHERE phase IN ({nouns}) AND "
+                            f"{upto} AND ts_ns > {int(end_ns - 6 * 3600e9)} GROUP BY phase)")
+        if began is not None and (ended_ns is None or began > ended_ns):
+            allow += max(th["pause_multiple"] * float(mean_s or 0.0), th["pause_floor_seconds"])
+    return allow
+
+
 @rule("heartbeat-lost", concern="liveness", title="A component stopped sending heartbeats",
       needs=("heartbeat",), thresholds={"silence_s": 120.0})
 def heartbeat_lost(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
-    """A component's last heartbeat is more than ``silence_s`` older than the newest event of the run:
-    it hung (or died) while the others went on. The last phase it named is where it is stuck."""
+    """A component's last heartbeat is older than the newest event of the run by more than ``silence_s`` and more
+    than the run's no-progress allowance (``run_allowance_s``: a trainer that beats once a step is silent for a
+    step; a grader idle through a declared evaluation for the evaluation): it hung (or died) while the others went
+    on. The last phase it named is where it is stuck."""
     if not ctx.count("heartbeat"):
         return Insufficient("no heartbeat events")
     end = ctx.scalar("SELECT max(ts_ns) FROM events")
     rows = ctx.rows("SELECT process, component, max(ts_ns) last, arg_max(phase, ts_ns) FROM heartbeat GROUP BY ALL")
     ended = {p.process for p in ctx.record.processes if p.status == "ended"}
+    limit = max(th["silence_s"], run_allowance_s(ctx, end))
     out = []
     for proc, comp, last, phase in rows:
         silence = (end - last) / 1e9
-        if silence > th["silence_s"] and proc not in ended:
+        if silence > limit and proc not in ended:
             out.append(Finding(
                 rule="heartbeat-lost", severity=Severity.CRITICAL,
                 title=f"{comp} ({proc}) silent for {silence:.0f} s, last seen in phase {phase!r}",
                 first_step=None, last_step=None,
-                evidence=[Evidence(f"heartbeat[{comp}] silence", round(silence, 1), th["silence_s"],
-                                   note=f"last phase {phase}")],
+                evidence=[Evidence(f"heartbeat[{comp}] silence", round(silence, 1), round(limit, 1),
+                                   note=f"last phase {phase}; the limit is {th['silence_s']:g} s or the run's "
+                                        "no-progress allowance, whichever is longer")],
                 root_cause=f"{comp} is stuck in {phase!r} (a hung grader, a deadlocked collective, a blocked "
                            "queue) or died without closing its recorder",
                 confidence=0.7,
