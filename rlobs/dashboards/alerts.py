@@ -84,9 +84,9 @@ class AlertThresholds:
     # no optimiser step for max(floor, multiple x the recent mean step interval)
     no_progress_floor_seconds: float = field(default_factory=lambda: _th("no-progress", "floor_seconds"))
     no_progress_step_multiple: float = field(default_factory=lambda: _th("no-progress", "step_multiple"))
-    # a declared pause (held-out evaluation, checkpoint save) adds this many times its kind's mean length, at least the
-    # floor (a run's first pause has no history): the thirtieth early-warning run's evaluations took 5.6-11.6x the
-    # step yardstick while the run was healthy
+    # a declared pause (held-out evaluation, checkpoint save, drain) adds this many times the slowest kind's mean
+    # length, at least the floor (a run's first pause has no history): the thirtieth early-warning run's evaluations
+    # took 5.6-11.6x the step yardstick while the run was healthy
     no_progress_pause_multiple: float = field(default_factory=lambda: _th("no-progress", "pause_multiple"))
     no_progress_pause_floor_seconds: float = field(default_factory=lambda: _th("no-progress", "pause_floor_seconds"))
     # grader p95 latency over 5 min vs its own p95 over the previous hour (the doctor's grader-slow numbers)
@@ -215,10 +215,12 @@ _LAST_STEP = agg("max", series("rlobs_train_step_last_timestamp_seconds", ALERT)
 _W1H = ALERT.with_window("1h")
 
 
-def _step_interval(by: tuple[str, ...]) -> str:
-    return (f"(({agg('sum', increase('rlobs_trainer_step_seconds_total', _W1H), by)} + "
-            f"{agg('sum', increase('rlobs_trainer_data_wait_seconds_total', _W1H), by)}) / "
-            f"{agg('sum', increase('rlobs_train_steps_total', _W1H), by)})")
+def _step_interval() -> str:
+    """Each run's trainer seconds per step (optimiser plus data wait) over the last hour."""
+    run = ("run",)
+    return (f"(({agg('sum', increase('rlobs_trainer_step_seconds_total', _W1H), run)} + "
+            f"{agg('sum', increase('rlobs_trainer_data_wait_seconds_total', _W1H), run)}) / "
+            f"{agg('sum', increase('rlobs_train_steps_total', _W1H), run)})")
 
 # Who to look at first when nothing progresses: a process of the run that does not answer scrapes (died,
 # stopped), else the one whose heartbeat is oldest. (Oldest heartbeat alone named an idle grader on a fast
@@ -238,20 +240,17 @@ def _run_allowance(t: AlertThresholds) -> tuple[str, str]:
     beats = agg("max", series(_HB, ALERT, phase=verbs), run)  # a pause's heartbeat on entry ...
     ends = series("rlobs_phase_end_timestamp_seconds", ALERT, phase=nouns)  # ... and its phase event on exit
     progress = agg("max", f"{series('rlobs_train_step_last_timestamp_seconds', ALERT)} or {ends}", run)
-    in_pause = f"(({beats} > {agg('max', ends, run)}) or ({beats} unless on (run) {agg('max', ends, run)}))"
+    last_end = agg("max", ends, run)
+    in_pause = f"(({beats} > {last_end}) or ({beats} unless on (run) {last_end}))"
     w6h = ALERT.with_window("6h")
     pause_mean = agg("max", f"{agg('sum', new_or_increase('rlobs_phase_seconds_total', w6h, phase=nouns), per)} / "
                             f"{agg('sum', new_or_increase('rlobs_phases_total', w6h, phase=nouns), per)}", run)
     pause_allow = (f"clamp_min(({t.no_progress_pause_multiple:g} * {pause_mean} > 0) or (0 * {beats}), "
                    f"{t.no_progress_pause_floor_seconds:g})")
     extra = f"(({pause_allow} and on (run) {in_pause}) or (0 * {progress}))"
-    return progress, f"({_step_allowance(t, progress, run)} + {extra})"
-
-
-def _step_allowance(t: AlertThresholds, last: str, by: tuple[str, ...]) -> str:
-    """``step_multiple`` step intervals (optimiser plus data wait, last hour), at least ``floor_seconds``."""
-    return (f"clamp_min(({t.no_progress_step_multiple:g} * {_step_interval(by)} > 0) or (0 * {last}), "
-            f"{t.no_progress_floor_seconds:g})")
+    step_allow = (f"clamp_min(({t.no_progress_step_multiple:g} * {_step_interval()} > 0) or (0 * {progress}), "
+                  f"{t.no_progress_floor_seconds:g})")
+    return progress, f"({step_allow} + {extra})"
 
 
 def no_progress_expr(t: AlertThresholds) -> str:
@@ -263,9 +262,8 @@ def no_progress_expr(t: AlertThresholds) -> str:
     so a run's first drain is measured by its evaluations), and at least ``pause_floor_seconds`` (a run's first
     pause has no history). The value is the time since the last step; gated on the trainer's target being up
     (``running``). ``bench/no_progress_pauses.py`` evaluates it on real runs."""
-    progress, allowance = _run_allowance(t)
-    return running(f"((time() - {_LAST_STEP}) > {_step_allowance(t, _LAST_STEP, GROUP)}) and on (run) "
-                   f"((time() - {progress}) > {allowance})")
+    progress, allowance = _run_allowance(t)  # (the trainer's series carry the alert's labels and value)
+    return running(f"(time() - {_LAST_STEP}) and on (run) ((time() - {progress}) > {allowance})")
 
 
 def heartbeat_lost_expr(t: AlertThresholds) -> str:
@@ -275,9 +273,8 @@ def heartbeat_lost_expr(t: AlertThresholds) -> str:
     take minutes (or a grader idle through a long evaluation) is not silent for long by its own run's measure; a run
     that reports no steps gets the plain floor. The value is the silence."""
     last_beat = agg("max", f"max_over_time({series(_HB, ALERT)}[15m])", _PROC)
-    allowance = _run_allowance(t)[1]
-    beats_r = agg("max", f"max_over_time({series(_HB, ALERT)}[15m])", ("run",))
-    allow = f"clamp_min(({allowance}) or (0 * {beats_r}), {t.heartbeat_silence_seconds:g})"
+    allow = (f"clamp_min(({_run_allowance(t)[1]}) or (0 * {agg('max', last_beat, ('run',))}), "
+             f"{t.heartbeat_silence_seconds:g})")
     return running(f"(time() - {last_beat}) > on (run) group_left () {allow}", _PROC)
 
 

@@ -95,8 +95,8 @@ def run_allowance_s(ctx: RunContext, end_ns: int) -> float:
     th = failure("no-progress").alert_thresholds
     allow = 0.0
     if ctx.count("train_step"):
-        busy = ctx.rows("SELECT avg(coalesce(step_seconds, 0) + coalesce(data_wait_s, 0)) FROM train_step "
-                        f"WHERE ts_ns <= {int(end_ns)} AND ts_ns > {int(end_ns - 3600e9)}")[0][0]
+        busy = ctx.scalar("SELECT avg(coalesce(step_seconds, 0) + coalesce(data_wait_s, 0)) FROM train_step "
+                          f"WHERE ts_ns <= {int(end_ns)} AND ts_ns > {int(end_ns - 3600e9)}")
         allow = th["step_multiple"] * float(busy or 0.0)
     if ctx.count("phase"):
         verbs = ", ".join(f"'{v}'" for v in PAUSE_PHASES)
