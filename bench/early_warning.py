@@ -520,6 +520,33 @@ RUN32_FRESH = _register_fresh(RUN32, range(136, 138), range(0), range(28, 32))
 # the cut, 8-72 mean steps), 8 in drains (3.8-12.7 s), 12 in checkpoint saves (3.3-23.3 s), 24 between steps (1.1-2.1
 # s, 2-6 mean steps). The change lands.
 
+# Thirty-third run (5 Dec 2026, registered here before any of its runs was trained): the stepping gate again, on the
+# pause-aware no-progress condition. The thirtieth run's gate (every precursor alert silent while the trainer's last
+# step is older than 5 of its step intervals) removed the held-value pages but would have shut while runs waited
+# through evaluations (its bar (c)); the thirty-first and thirty-second runs made the trainer declare its pauses and
+# no-progress count them (0 of 12 healthy runs stalled from first step to last event). The change (committed before
+# these runs are trained): each of the eight precursor alerts holds only while rlobs.dashboards.alerts.stalled (the
+# RlobsNoProgress condition: no step for 5 step intervals after the last step or declared pause's end, plus the pause
+# allowance while a pause is under way) does not. The replay (early_warning_live --real-timing) now also emits each
+# record's declared pauses (evaluation, checkpoint, drain: a heartbeat at entry, a phase event at exit) at their
+# scaled times, and scales both floors as it scales the windows (60 s -> 0.5 s, 600 s -> 5 s).
+# Fresh, their number fixed here, 60 steps: reward-hacking 138-140, lr-too-high 126-128, lr-warmup-too-high 126-128,
+# kl-blow-up 132-134, staleness-no-is 54-56 (separate_async), healthy 138-140, healthy-ppo2 126-128, healthy-async
+# 32-34 (separate_async): 24 runs. Each is replayed once under the gated rules and twice under the rules without the
+# gate (gate=None; the thirtieth run's lesson: the replay's own jitter is a step or so), same records. Stated before
+# training, the change lands if all hold: (a) per collapse class, the runs with a live warning before the drop under
+# the gate >= the fewer of the two ungated replays, and the median live lead >= the lower ungated median less one
+# step; (b) under the gate, no precursor alert goes pending more than 5 s (5 mean step intervals) after its run's last
+# progress (its last step or the end of its last declared pause, whichever is later); (c) the gate itself (the
+# stalled condition, queried from the gated replay's Prometheus every 0.25 s) is never true on any run between its
+# first and its last step; (d) healthy runs paged while stepping under the gate <= the fewer of the two ungated
+# replays. Ungated held-value pages are counted and reported. Any fails: the gate is reverted and reported. Not
+# trained and replayed by 19:55 UTC: not scored, reported as not run
+RUN33 = {"reward-hacking": tuple(range(138, 141)), "lr-too-high": tuple(range(126, 129)),
+         "lr-warmup-too-high": tuple(range(126, 129)), "kl-blow-up": tuple(range(132, 135)),
+         "staleness-no-is": tuple(range(54, 57))}
+RUN33_FRESH = _register_fresh(RUN33, range(138, 141), range(126, 129), range(32, 35))
+
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}

@@ -262,8 +262,16 @@ def no_progress_expr(t: AlertThresholds) -> str:
     so a run's first drain is measured by its evaluations), and at least ``pause_floor_seconds`` (a run's first
     pause has no history). The value is the time since the last step; gated on the trainer's target being up
     (``running``). ``bench/no_progress_pauses.py`` evaluates it on real runs."""
-    progress, allowance = _run_allowance(t)  # (the trainer's series carry the alert's labels and value)
-    return running(f"(time() - {_LAST_STEP}) and on (run) ((time() - {progress}) > {allowance})")
+    # (the trainer's series carry the alert's labels and value)
+    return running(f"(time() - {_LAST_STEP}) and on (run) {stalled(t)}")
+
+
+def stalled(t: AlertThresholds) -> str:
+    """The no-progress condition of each run, by ``run``: its trainer has taken no step for longer than the run's
+    allowance (``_run_allowance``) after its last step or declared pause's end. ``RlobsNoProgress`` pages on it; the
+    precursor alerts are silent while it holds (their stepping gate)."""
+    progress, allowance = _run_allowance(t)
+    return f"((time() - {progress}) > {allowance})"
 
 
 def heartbeat_lost_expr(t: AlertThresholds) -> str:
@@ -557,9 +565,13 @@ def _reward_not_climbing(recent: str, history: str, gain: float) -> str:
 
 
 def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
-                    history: str = PRECURSOR_WINDOWS["history"]) -> tuple[AlertRule, ...]:
+                    history: str = PRECURSOR_WINDOWS["history"],
+                    gate: AlertThresholds | None = T) -> tuple[AlertRule, ...]:
     """The eight precursor alerts. ``recent``/``history``: the committed rules use the defaults (a run whose steps
-    take tens of seconds or more); a test that replays a recorded run faster scales them (and their ``for``)."""
+    take tens of seconds or more); a test that replays a recorded run faster scales them (and their ``for``).
+    ``gate``: the no-progress thresholds of the stepping gate (``stalled``; a replay scales its floors as it scales
+    the windows); None leaves the gate out (the rules before the thirty-third early-warning run, which the bench
+    replays beside them)."""
     from rlobs.failures import failure
 
     def th(fid: str) -> Mapping[str, float]:
@@ -634,10 +646,20 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
     audit_now = _over_time('avg_over_time', 'rlobs_grader_audit_gap', recent)
     audit = (f"({audit_now} >= {h['audit_above']:g}) and ({audit_now} - "
              f"{_over_time('quantile_over_time', 'rlobs_grader_audit_gap', history, recent, q=0.1)} >= {h['audit_gain']:g})")
+    # the stepping gate (thirty-third early-warning run): the signals are per step, and a trainer that stops keeps
+    # serving its last values, which fill the windows (held values: the reward-hacking alert paged after 5 of 36 runs'
+    # last steps in the twenty-seventh run, the grad-norm drift alert after reward-hacking s123's). Each alert holds
+    # only while its run is not stalled: once the no-progress condition holds, RlobsNoProgress is the page. The
+    # condition counts declared pauses (a held-out evaluation, a checkpoint save, a drain) as progress: the thirtieth
+    # run's gate, on the step yardstick alone, would have shut while runs evaluated (5.6-11.6x the yardstick). A run
+    # that exports no step timestamps is not gated
+    def stepping(expr: str) -> str:
+        return running(expr if gate is None else f"({expr}) unless on ({GROUP[0]}) {stalled(gate)}")
+
     out = (
         AlertRule(
             "precursor-grad-norm-drift", "warning",
-            running(f"{_median_now('rlobs_grad_norm', recent)} > {1 + g['min_effect']:g} * "
+            stepping(f"{_median_now('rlobs_grad_norm', recent)} > {1 + g['min_effect']:g} * "
                     f"{_median_before('rlobs_grad_norm', recent, history)}"), f("precursor-grad-norm-drift"),
             "Early warning: grad norm drifting up, divergence ahead ({{ $labels.run }})",
             "The median pre-clip grad norm of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | "
@@ -647,7 +669,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                          not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-entropy-decline", "warning",
-            running(f"({_median_now('rlobs_policy_entropy', recent)} < {1 - e['min_effect']:g} * "
+            stepping(f"({_median_now('rlobs_policy_entropy', recent)} < {1 - e['min_effect']:g} * "
                     f"{_median_before('rlobs_policy_entropy', recent, history)}){on}"
                     f"{_reward_not_climbing(recent, history, e['learning_gain'])}"), f("precursor-entropy-decline"),
             "Early warning: entropy falling without learning, collapse ahead ({{ $labels.run }})",
@@ -659,7 +681,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                          "100m", not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-importance-truncation", "warning",
-            running(f"({_median_now('rlobs_importance_clipped_ratio', recent)} > {1 + i['min_effect']:g} * "
+            stepping(f"({_median_now('rlobs_importance_clipped_ratio', recent)} > {1 + i['min_effect']:g} * "
                     f"{_median_before('rlobs_importance_clipped_ratio', recent, history)} + {i['min_abs']:g} "
                     f"and {_median_now('rlobs_importance_clipped_ratio', recent)} > {i['min_level']:g})"),
             f("precursor-importance-truncation"),
@@ -673,7 +695,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                          not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-kl-creep", "warning",
-            running(f"({_median_now('rlobs_reference_kl', recent)} > {1 + k['min_effect']:g} * "
+            stepping(f"({_median_now('rlobs_reference_kl', recent)} > {1 + k['min_effect']:g} * "
                     f"{_median_before('rlobs_reference_kl', recent, history)} + {k['min_abs']:g}){on}"
                     f"({kl_rise} >= {k['min_rate']:g} * {steps_in_window})"),
             f("precursor-kl-creep"),
@@ -686,7 +708,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                          "610m", not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-zero-std-rising", "warning",
-            running(f"({_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} > {1 + z['min_effect']:g} * "
+            stepping(f"({_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} > {1 + z['min_effect']:g} * "
                     f"{_median_before('rlobs_advantage_zero_std_groups_ratio', recent, history)} + {z['min_abs']:g} "
                     f"and {_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} > {z['min_level']:g})"
                     f"{on}{_reward_not_climbing(recent, history, z['learning_gain'])}{on}"
@@ -703,7 +725,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
         # a level, not a drift (like the doctor's rule): the ESS is already a ratio to "on-policy" (1.0)
         AlertRule(
             "precursor-uncorrected-off-policy", "warning",
-            running(f"({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
+            stepping(f"({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
                     f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['min_staleness']:g}){on}"
                     f"({_over_time('max_over_time', 'rlobs_importance_correction_cap', recent)}"
                     " == 0)"), f("precursor-uncorrected-off-policy"),
@@ -723,7 +745,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
         # low decile of the hour before), as the doctor's rule compares with the run's first steps
         AlertRule(
             "precursor-oversized-updates", "warning",
-            running(f"(({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed}) or ({early}))"
+            stepping(f"(({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed}) or ({early}))"
                     f" unless on ({', '.join(GROUP)}) {idle}"),
             f("precursor-oversized-updates"),
             "Early warning: oversized policy updates (from the first steps, or after the run learned), learning-rate collapse ahead ({{ $labels.run }})",
@@ -745,7 +767,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                           ("rlobs_policy_entropy", {}, "1x70 0.5x20"),
                           ("rlobs_reward_mean", {}, "0.2x70 0.6x20")), "100m", not_yet_min=70, firing_min=88)),
         AlertRule(
-            "precursor-reward-hacking", "warning", running(f"({hacking}) or ({audit})"),
+            "precursor-reward-hacking", "warning", stepping(f"({hacking}) or ({audit})"),
             f("precursor-reward-hacking"),
             "Early warning: training reward climbing away from held-out success, reward hacking ({{ $labels.run }})",
             "In run {{ $labels.run }} ({{ $labels.component }}) the training reward has climbed {{ $value | humanize }} "
