@@ -546,6 +546,12 @@ RUN33 = {"reward-hacking": tuple(range(138, 141)), "lr-too-high": tuple(range(12
          "lr-warmup-too-high": tuple(range(126, 129)), "kl-blow-up": tuple(range(132, 135)),
          "staleness-no-is": tuple(range(54, 57))}
 RUN33_FRESH = _register_fresh(RUN33, range(138, 141), range(126, 129), range(32, 35))
+# Amended after training, before any scoring (the bench's new replay tried on two seen records, ew32's
+# staleness-no-is-s50 and healthy-s136): the gate's condition held 0.1-0.44 s after their first step. Before step 0
+# the evaluation before training had ended (a pause: progress) and no step interval existed yet, so the bare
+# condition held until the first scrape after step 0; RlobsNoProgress never did (it also asks for a last step).
+# stalled() now asks for it too, as the registered "RlobsNoProgress condition" does (its rule text changes, not its
+# meaning; promtool suites pass); on the two seen records the gate then held 0 times while they stepped.
 
 
 def _flags(run_dir: Path) -> list[str]:
@@ -729,6 +735,7 @@ def run_signals(run_dir: Path) -> dict:
     ``extract`` stores for the tests and ``bench/early_warning_live.py`` replays into a real Prometheus."""
     from rlobs.doctor.context import RunContext
     from rlobs.doctor.rules.precursors import audit_gap, correction_cap, heldout, series
+    from rlobs.schema import PAUSE_PHASES
     from rlobs.store import open_run
 
     rec = open_run(run_dir)
@@ -748,12 +755,19 @@ def run_signals(run_dir: Path) -> dict:
                          "FROM train_step WHERE step IS NOT NULL GROUP BY step").fetchall()
         cols["wall"] = {int(st): float(w) for st, w, _ in timing}
         cols["busy"] = {int(st): float(b) for st, _, b in timing}
+        # the declared pauses (held-out evaluations, checkpoint saves, drains: trainer_ref's telemetry.pause), when
+        # each began and how long it took, for the replay to declare them as the run did
+        nouns = tuple(PAUSE_PHASES.values())
+        pauses = [{"wall": round(float(end) - float(sec), 6), "seconds": round(float(sec), 6), "phase": str(ph)}
+                  for end, sec, ph in rec.sql(
+                      f"SELECT ts_ns / 1e9, seconds, phase FROM phase WHERE phase IN ({', '.join('?' * len(nouns))}) "
+                      "AND seconds IS NOT NULL ORDER BY ts_ns", list(nouns)).fetchall()]
     finally:
         rec.close()
     steps = sorted(cols["reward"])
     drop, _why = drop_step(sorted(cols["reward"].items()), evals)
     cols["heldout"] = dict(evals)
-    return {"correction_cap": cap, "drop_step": drop,
+    return {"correction_cap": cap, "drop_step": drop, "pauses": pauses,
             "steps": [{"step": s, **{k: round(v[s], 6) for k, v in cols.items() if s in v}} for s in steps]}
 
 

@@ -70,15 +70,28 @@ def scaled_for(for_: str) -> str:
     return f"{for_seconds(for_)}s"
 
 
-def rules_file(path: Path) -> Path:
-    """The committed precursor alert rules, their windows and ``for`` scaled (``SCALE``, ``scaled_for``), as a rules
-    file."""
+def gate_thresholds() -> Any:
+    """The no-progress thresholds of the precursor alerts' stepping gate on the replay's clock: the committed multiples,
+    the floors scaled as the windows are (``REAL_SECONDS_PER_SECOND``: 60 s -> 0.5 s, 600 s -> 5 s)."""
+    import dataclasses
+
+    from rlobs.dashboards.alerts import T
+
+    return dataclasses.replace(T, no_progress_floor_seconds=T.no_progress_floor_seconds / REAL_SECONDS_PER_SECOND,
+                               no_progress_pause_floor_seconds=T.no_progress_pause_floor_seconds
+                               / REAL_SECONDS_PER_SECOND)
+
+
+def rules_file(path: Path, gated: bool = True) -> Path:
+    """The committed precursor alert rules, their windows, ``for`` and stepping gate scaled (``SCALE``, ``scaled_for``,
+    ``gate_thresholds``), as a rules file; ``gated=False``: without the gate (the rules before the thirty-third
+    run)."""
     from rlobs.dashboards.alerts import precursor_rules
     from rlobs.dashboards.model import to_yaml
 
     doc = {"groups": [{"name": "rlobs-precursors-scaled", "interval": "1s", "rules": [
         {"alert": r.name, "expr": r.expr, "for": scaled_for(r.for_), "labels": r.labels, "annotations": r.annotations()}
-        for r in precursor_rules(**SCALE)]}]}
+        for r in precursor_rules(**SCALE, gate=gate_thresholds() if gated else None)]}]}
     path.write_text(to_yaml(doc), encoding="utf-8")
     return path
 
@@ -138,24 +151,79 @@ def gap_ratio(steps: list[Mapping[str, Any]]) -> tuple[float, int] | None:
     return (round(best[0], 2), best[1]) if best else None
 
 
+def schedule(run: Mapping[str, Any], real_timing: bool = False) -> list[tuple[float, str, Any]]:
+    """A run's replay, in order: (seconds after the replay's start, kind, what). Each step ("step", (row, its step
+    time)) at ``pace``; with ``real_timing``, also each declared pause of the record (``run_signals``' ``pauses``: a
+    held-out evaluation, a checkpoint save, a drain) at the same scale, as trainer_ref declares it (``probes.phase``):
+    ("enter", its heartbeat name) when it began and ("exit", (its phase name, its scaled seconds)) when it ended. A
+    pause before the first step (the evaluation before training) moves the whole replay later."""
+    from rlobs.schema import PAUSE_PHASES
+
+    steps = run["steps"]
+    out: list[tuple[float, str, Any]] = []
+    t = 0.0
+    for row, (wait, step_s) in zip(steps, pace(steps, real_timing)):
+        out.append((t, "step", (row, step_s)))
+        t += wait
+    walls = [r.get("wall") for r in steps]
+    if real_timing and run.get("pauses") and len(walls) > 1 and None not in walls and walls[-1] > walls[0]:
+        scale = PERIOD * (len(walls) - 1) / (walls[-1] - walls[0])  # pace's: the mean gap becomes one PERIOD
+        verb = {noun: v for v, noun in PAUSE_PHASES.items()}
+        for p in run["pauses"]:
+            at = (p["wall"] - walls[0]) * scale
+            out += [(at, "enter", verb.get(p["phase"], p["phase"])),
+                    (at + p["seconds"] * scale, "exit", (p["phase"], p["seconds"] * scale))]
+        first = min(o for o, _, _ in out)
+        out = [(o - first, k, w) for o, k, w in out]
+    order = {"exit": 0, "step": 1, "enter": 2}  # at one instant: a pause ends, then the step, then the next pause
+    return sorted(out, key=lambda e: (e[0], order[e[1]]))
+
+
+def gate_report(times: list[float], gate: Mapping[str, list[float]]) -> dict[str, Any]:
+    """One run's stepping gate, from ``replay``'s ``gate`` entry: its last progress (wall time of its last step or of
+    its last declared pause's end, whichever is later), the moments the gate's condition held between its first and
+    its last step (as seconds after the first step), and how long after the last step it first held."""
+    last = max([*times[-1:], *gate["pause_ends"]], default=0.0)
+    inside = [round(t - times[0], 2) for t in gate["stalled"] if times and times[0] <= t <= times[-1]]
+    after = [t - times[-1] for t in gate["stalled"] if times and t > times[-1]]
+    return {"last_progress": last, "while_stepping": inside,
+            "after_last_step_s": round(min(after), 2) if after else None}
+
+
+def gate_floors() -> dict[str, float]:
+    t = gate_thresholds()
+    return {"step floor": t.no_progress_floor_seconds, "pause floor": t.no_progress_pause_floor_seconds}
+
+
 def _feed(rec: Any, run: Mapping[str, Any], stop: threading.Event, times: list[float],
-          real_timing: bool = False) -> None:
-    for row, (wait, step_s) in zip(run["steps"], pace(run["steps"], real_timing)):
-        if stop.is_set():
+          real_timing: bool = False, pause_ends: list[float] | None = None) -> None:
+    start = time.monotonic()
+    for at, kind, what in schedule(run, real_timing):
+        if stop.wait(max(0.0, start + at - time.monotonic())):
             return
-        times.append(time.time())  # wall time each step was emitted: which step an alert went active at
-        emit_step(rec, row, correction_cap=run.get("correction_cap"), step_seconds=step_s)
-        stop.wait(wait)
+        if kind == "step":
+            times.append(time.time())  # wall time each step was emitted: which step an alert went active at
+            emit_step(rec, what[0], correction_cap=run.get("correction_cap"), step_seconds=what[1])
+        elif kind == "enter":
+            rec.emit("heartbeat", phase=what, detail="")
+        else:
+            rec.emit("phase", phase=what[0], seconds=what[1], tokens=None)
+            if pause_ends is not None:
+                pause_ends.append(time.time())
 
 
 def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
-           done: Callable[[dict[str, set[str]]], bool] | None = None, real_timing: bool = False
+           done: Callable[[dict[str, set[str]]], bool] | None = None, real_timing: bool = False,
+           gated: bool = True, gate: dict[str, dict] | None = None
            ) -> tuple[dict[str, set[str]], dict[tuple[str, str], dict], dict[str, list[float]]]:
-    """Replay ``runs`` (name -> {"steps": [...], "correction_cap": ...}) at once into one real Prometheus under
-    ``base`` and watch its alerts until every replay has ended and ``done(seen)`` holds, or until the last step plus
-    ``WAIT_S`` has passed (without ``done``: always that long, so an alert whose window catches up after the last
-    step is seen too; ``real_timing``: each run at its own pace, ``pace``). Returns, per run, the alert names that
-    fired; the first firing of each (run, alert), with its ``activeAt``; and the wall time each step was emitted."""
+    """Replay ``runs`` (name -> {"steps": [...], "correction_cap": ..., "pauses": [...]}) at once into one real
+    Prometheus under ``base`` and watch its alerts until every replay has ended and ``done(seen)`` holds, or until the
+    last event plus ``WAIT_S`` has passed (without ``done``: always that long, so an alert whose window catches up
+    after the last step is seen too; ``real_timing``: each run at its own pace, with its declared pauses,
+    ``schedule``; ``gated``: the rules with their stepping gate, ``rules_file``). Returns, per run, the alert names
+    that fired; the first firing of each (run, alert), with its ``activeAt``; and the wall time each step was
+    emitted. ``gate``, a dict, is filled per run with the wall times its declared pauses ended (``pause_ends``) and
+    those at which the gate's condition (``stalled``, scaled) held, read back every 0.25 s (``stalled``)."""
     import rlobs
     from rlobs.dashboards.observe import LocalPrometheus
 
@@ -163,16 +231,17 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
     stop = threading.Event()
     recs, threads = {}, []
     times: dict[str, list[float]] = {name: [] for name in runs}
+    ends: dict[str, list[float]] = {name: [] for name in runs}
     seen: dict[str, set[str]] = {name: set() for name in runs}
     alerts: dict[tuple[str, str], dict] = {}
     with LocalPrometheus(list(dirs.values()), port=0, scrape_interval="1s",
-                         rules_file=rules_file(base / "rules.yaml")) as prom:
+                         rules_file=rules_file(base / "rules.yaml", gated)) as prom:
         try:
             for name, run in runs.items():
                 recs[name] = rlobs.init(dirs[name], component="trainer", rank=0, run_id=f"ew-{name}",
                                         set_global=False, flush_interval=0.2)
-                threads.append(threading.Thread(target=_feed, args=(recs[name], run, stop, times[name], real_timing),
-                                                daemon=True))
+                threads.append(threading.Thread(target=_feed, args=(recs[name], run, stop, times[name], real_timing,
+                                                                    ends[name]), daemon=True))
             up_by = time.monotonic() + 60  # file_sd is re-read every 5 s: replay once every target is scraped
             while time.monotonic() < up_by and len(prom.query('up{run=~"ew-.*"} == 1')) < len(recs):
                 time.sleep(0.5)
@@ -181,7 +250,8 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
             time.sleep(2.0)  # a first scrape of every target before step 0
             for t in threads:
                 t.start()
-            deadline = time.monotonic() + max(sum(w for w, _ in pace(r["steps"], real_timing))
+            began = time.time()
+            deadline = time.monotonic() + max(schedule(r, real_timing)[-1][0] + pace(r["steps"], real_timing)[-1][0]
                                               for r in runs.values()) + WAIT_S
             while time.monotonic() < deadline:
                 for a in prom.alerts():
@@ -192,6 +262,15 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
                 if done is not None and not any(t.is_alive() for t in threads) and done(seen):
                     break
                 time.sleep(0.5)
+            if gate is not None:
+                from rlobs.dashboards.alerts import stalled
+
+                held = prom.api("query_range", query=f"max by (run) ({stalled(gate_thresholds())})",
+                                start=f"{began:.3f}", end=f"{time.time():.3f}", step="0.25")["result"]
+                at = {m["metric"].get("run", "").removeprefix("ew-"): [float(ts) for ts, _ in m["values"]]
+                      for m in held}
+                for name in runs:
+                    gate[name] = {"pause_ends": ends[name], "stalled": at.get(name, [])}
         finally:
             stop.set()
             for t in threads:
@@ -268,7 +347,9 @@ def main() -> None:
                          "RlobsPrecursorRewardHacking:precursor-reward-hacking:reward-hacking")
     ap.add_argument("--real-timing", action="store_true",
                     help="replay each run at its own pace (its gaps between steps and its step times, scaled to a "
-                         "mean of one PERIOD) instead of one PERIOD a step")
+                         "mean of one PERIOD, and its declared pauses) instead of one PERIOD a step")
+    ap.add_argument("--ungated", action="store_true",
+                    help="the precursor rules without their stepping gate (the rules before the thirty-third run)")
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
     fors = {r.name: r.for_ for r in precursor_rules()}
@@ -280,9 +361,12 @@ def main() -> None:
         doctor = {n: ew.judge(Path(args.runs) / n) for n in batch}
         with tempfile.TemporaryDirectory(prefix="rlobs-ew-live-") as tmp:
             t0 = time.monotonic()
-            seen, alerts, times = replay(batch, Path(tmp), real_timing=args.real_timing)
+            gate: dict[str, dict] = {}
+            seen, alerts, times = replay(batch, Path(tmp), real_timing=args.real_timing, gated=not args.ungated,
+                                         gate=gate)
             wall = time.monotonic() - t0
         for n, run in batch.items():
+            g = gate_report(times[n], gate[n])
             fired = sorted(a for a in seen[n] if a in precursors)
             first = {a: run["steps"][max(0, step_at(times[n], alerts[(n, a)]["activeAt"]))]["step"] for a in fired}
             # the step at which it paged (pending + its scaled `for`); the stepping / after split and the scores
@@ -295,6 +379,10 @@ def main() -> None:
             rows.append({"name": n, "class": classes.get(n, "exploratory"), "steps": len(run["steps"]),
                          "fired": fired, "first_step": first, "paged_step": paged, "after_last_step": after,
                          "after_last_step_s": after_s,
+                         "after_last_progress_s": {a: round(_seconds(alerts[(n, a)]["activeAt"]) - g["last_progress"], 1)
+                                                   for a in fired},
+                         "pauses": len(gate[n]["pause_ends"]), "gate_shut_while_stepping": g["while_stepping"],
+                         "gate_shut_after_last_step_s": g["after_last_step_s"],
                          "max_gap_ratio": gap_ratio(run["steps"]),
                          "live_first": min(stepping) if stepping else None, "drop_step": run["drop_step"],
                          "doctor_first": doctor[n]["first_warning"],
@@ -304,11 +392,15 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     res = {"what": "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
                    "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD,
-           "real_timing": args.real_timing, "scale": SCALE,
+           "real_timing": args.real_timing, "gated": not args.ungated, "scale": SCALE,
            "for": {name: scaled_for(f) for name, f in fors.items()},
            "runs": rows, "runs_with_a_precursor_alert": [r["name"] for r in rows if r["fired"]],
            "runs_with_one_while_stepping": [r["name"] for r in rows if set(r["fired"]) - set(r["after_last_step"])],
-           "by_class": score(rows), "one_alert": [one_alert(rows, *spec.split(":")) for spec in args.one]}
+           "by_class": score(rows), "one_alert": [one_alert(rows, *spec.split(":")) for spec in args.one],
+           "gate_shut_while_stepping": [r["name"] for r in rows if r["gate_shut_while_stepping"]],
+           "pending_over_5s_after_last_progress": [
+               {"run": r["name"], "alert": a, "s": x} for r in rows for a, x in r["after_last_progress_s"].items()
+               if x > 5 * PERIOD]}
     Path(args.out + ".json").write_text(json.dumps(res, indent=1) + "\n")
     lines = ["# Live precursor alerts (bench/early_warning_live.py)", "",
              f"{len(rows)} runs replayed from `{args.runs}` into a real Prometheus ("
@@ -319,6 +411,16 @@ def main() -> None:
              f"**{len(res['runs_with_a_precursor_alert'])}**, while the run was stepping: "
              f"**{len(res['runs_with_one_while_stepping'])}** (the others' alerts went active after the last step, on "
              "a record whose last values are held)", "",
+             ("With the stepping gate (its floors scaled: " + ", ".join(
+                 f"{k} {v:g} s" for k, v in gate_floors().items()) + f"): it held while a run was stepping on "
+              f"**{len(res['gate_shut_while_stepping'])}** runs"
+              + (f" ({', '.join(res['gate_shut_while_stepping'])})" if res["gate_shut_while_stepping"] else "") + "."
+              if not args.ungated else "Without the stepping gate (the rules before the thirty-third run).")
+             + " Alerts that went pending over 5 s after their run's last progress (its last step or declared "
+             f"pause's end): **{len(res['pending_over_5s_after_last_progress'])}**"
+             + (" (" + ", ".join(f"{x['run']} {x['alert']} {x['s']:g} s" for x in
+                                 res["pending_over_5s_after_last_progress"]) + ")"
+                if res["pending_over_5s_after_last_progress"] else "") + ".", "",
              "| run | steps | precursor alerts fired (the step it went pending, and paged where later; \"after: N s\": "
              "pending only once the record stopped growing, N replay seconds after its last step) | largest gap "
              "between two steps / the no-progress yardstick (at step) |",

@@ -267,11 +267,13 @@ def no_progress_expr(t: AlertThresholds) -> str:
 
 
 def stalled(t: AlertThresholds) -> str:
-    """The no-progress condition of each run, by ``run``: its trainer has taken no step for longer than the run's
-    allowance (``_run_allowance``) after its last step or declared pause's end. ``RlobsNoProgress`` pages on it; the
-    precursor alerts are silent while it holds (their stepping gate)."""
+    """The no-progress condition of each run, by ``run``: its trainer has taken a step, and none for longer than the
+    run's allowance (``_run_allowance``) after its last step or declared pause's end. ``RlobsNoProgress`` pages on
+    it; the precursor alerts are silent while it holds (their stepping gate). Before the first step it does not hold:
+    the evaluation before training ends a pause, and the first rollout after it may take minutes."""
     progress, allowance = _run_allowance(t)
-    return f"((time() - {progress}) > {allowance})"
+    stepped = agg("max", series("rlobs_train_step_last_timestamp_seconds", ALERT), ("run",))
+    return f"(((time() - {progress}) > {allowance}) and on (run) {stepped})"
 
 
 def heartbeat_lost_expr(t: AlertThresholds) -> str:

@@ -281,3 +281,40 @@ def test_a_held_value_alert_is_timed_from_the_last_step():
     assert after_last_step(times, late) and seconds_after_last_step(times, late) == pytest.approx(6.2, abs=0.06)
     early = datetime.fromtimestamp(1009.5, tz=timezone.utc).isoformat().replace("+00:00", "Z")
     assert not after_last_step(times, early) and seconds_after_last_step(times, early) == 0.5
+
+
+def test_a_real_paced_replay_declares_the_runs_pauses_where_they_were():
+    """``schedule``: with ``--real-timing`` each declared pause of the record (``run_signals``' ``pauses``) is entered
+    (its heartbeat name) and left (its phase name and scaled seconds) at its own time on the replay's clock; the
+    evaluation before the first step moves the replay later; without real timing pauses are not replayed."""
+    from bench.early_warning_live import pace, schedule
+
+    walls = [10.0, 12.0, 14.0, 22.0, 24.0]  # mean gap 3.5 s -> one PERIOD
+    steps = [{"step": i, "wall": w, "busy": 1.5} for i, w in enumerate(walls)]
+    pauses = [{"wall": 3.0, "seconds": 3.5, "phase": "evaluation"},  # before training
+              {"wall": 15.0, "seconds": 7.0, "phase": "evaluation"},  # what step 3 waited for
+              {"wall": 25.0, "seconds": 0.7, "phase": "checkpoint"}]  # after the last step
+    run = {"steps": steps, "pauses": pauses}
+    ev = schedule(run, real_timing=True)
+    s = 1 / 3.5
+    assert [(k, w if k != "step" else w[0]["step"]) for _, k, w in ev] == [
+        ("enter", "eval"), ("exit", ("evaluation", pytest.approx(3.5 * s))), ("step", 0), ("step", 1), ("step", 2),
+        ("enter", "eval"), ("exit", ("evaluation", pytest.approx(7 * s))), ("step", 3), ("step", 4),
+        ("enter", "checkpoint"), ("exit", ("checkpoint", pytest.approx(0.7 * s)))]
+    at = [o for o, _, _ in ev]
+    assert at[0] == 0 and at[2] == pytest.approx(7 * s)  # the first evaluation began 7 s before step 0
+    assert at[5] - at[4] == pytest.approx(1 * s) and at[6] - at[5] == pytest.approx(7 * s)  # 1 s after step 2, 7 s
+    assert at[7] == pytest.approx(at[6])  # step 3 came as the evaluation ended
+    assert [at[i + 1] - at[i] for i in (2, 3)] == pytest.approx([w for w, _ in pace(steps, True)[:2]])
+    assert [k for _, k, _ in schedule(run)] == ["step"] * 5  # a metronome replays no pauses
+
+
+def test_the_gate_report_reads_the_stalled_moments_against_the_steps_and_the_last_pause():
+    from bench.early_warning_live import gate_report
+
+    times = [100.0 + i for i in range(10)]
+    g = gate_report(times, {"pause_ends": [104.5, 112.0], "stalled": [104.0, 115.25, 116.0]})
+    assert g["last_progress"] == 112.0  # the final evaluation ended after the last step (109)
+    assert g["while_stepping"] == [4.0] and g["after_last_step_s"] == 6.25
+    assert gate_report(times, {"pause_ends": [], "stalled": []}) == {
+        "last_progress": 109.0, "while_stepping": [], "after_last_step_s": None}
