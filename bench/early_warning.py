@@ -552,6 +552,15 @@ RUN33_FRESH = _register_fresh(RUN33, range(138, 141), range(126, 129), range(32,
 # condition held until the first scrape after step 0; RlobsNoProgress never did (it also asks for a last step).
 # stalled() now asks for it too, as the registered "RlobsNoProgress condition" does (its rule text changes, not its
 # meaning; promtool suites pass); on the two seen records the gate then held 0 times while they stepped.
+# Scored once (bench/results/early_warning_run33_live.md with the gate, _ungated.md and _ungated_repeat.md without):
+# (a) held: each of the 5 classes 3 of 3 in all three replays, median live lead 11 in each; (b) held: no
+# alert pending over 5 s after a last progress under the gate (without it: healthy-ppo2 s126's reward-hacking alert,
+# 4.4-5.8 s after its last step, in both replays); (d) held: 0 healthy runs paged while stepping in all three.
+# (c) missed: the gate's condition held while staleness-no-is s56 stepped, for 0.07 s before its step 49 and until
+# the next scrape (its trainer starved 1.6 s for data; that step took 5.0x the run's mean step and wait; the same
+# moment in the ungated replays, so not the replay's jitter; RlobsNoProgress with floors at 0 pages it too,
+# bench/no_progress_pauses.py on the same records). Bar missed: the gate is reverted (precursor_rules keeps it as a
+# candidate for `bench/early_warning_live.py --gated`, not in the committed rules).
 
 
 def _flags(run_dir: Path) -> list[str]:

@@ -82,10 +82,10 @@ def gate_thresholds() -> Any:
                                / REAL_SECONDS_PER_SECOND)
 
 
-def rules_file(path: Path, gated: bool = True) -> Path:
-    """The committed precursor alert rules, their windows, ``for`` and stepping gate scaled (``SCALE``, ``scaled_for``,
-    ``gate_thresholds``), as a rules file; ``gated=False``: without the gate (the rules before the thirty-third
-    run)."""
+def rules_file(path: Path, gated: bool = False) -> Path:
+    """The committed precursor alert rules, their windows and ``for`` scaled (``SCALE``, ``scaled_for``), as a rules
+    file; ``gated``: with the stepping gate the thirty-third run tried (not committed; its floors scaled,
+    ``gate_thresholds``)."""
     from rlobs.dashboards.alerts import precursor_rules
     from rlobs.dashboards.model import to_yaml
 
@@ -214,13 +214,13 @@ def _feed(rec: Any, run: Mapping[str, Any], stop: threading.Event, times: list[f
 
 def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
            done: Callable[[dict[str, set[str]]], bool] | None = None, real_timing: bool = False,
-           gated: bool = True, gate: dict[str, dict] | None = None
+           gated: bool = False, gate: dict[str, dict] | None = None
            ) -> tuple[dict[str, set[str]], dict[tuple[str, str], dict], dict[str, list[float]]]:
     """Replay ``runs`` (name -> {"steps": [...], "correction_cap": ..., "pauses": [...]}) at once into one real
     Prometheus under ``base`` and watch its alerts until every replay has ended and ``done(seen)`` holds, or until the
     last event plus ``WAIT_S`` has passed (without ``done``: always that long, so an alert whose window catches up
     after the last step is seen too; ``real_timing``: each run at its own pace, with its declared pauses,
-    ``schedule``; ``gated``: the rules with their stepping gate, ``rules_file``). Returns, per run, the alert names
+    ``schedule``; ``gated``: the rules with the stepping gate, ``rules_file``). Returns, per run, the alert names
     that fired; the first firing of each (run, alert), with its ``activeAt``; and the wall time each step was
     emitted. ``gate``, a dict, is filled per run with the wall times its declared pauses ended (``pause_ends``) and
     those at which the gate's condition (``stalled``, scaled) held, read back every 0.25 s (``stalled``)."""
@@ -348,8 +348,8 @@ def main() -> None:
     ap.add_argument("--real-timing", action="store_true",
                     help="replay each run at its own pace (its gaps between steps and its step times, scaled to a "
                          "mean of one PERIOD, and its declared pauses) instead of one PERIOD a step")
-    ap.add_argument("--ungated", action="store_true",
-                    help="the precursor rules without their stepping gate (the rules before the thirty-third run)")
+    ap.add_argument("--gated", action="store_true",
+                    help="the precursor rules with the stepping gate the thirty-third run tried (not committed)")
     args = ap.parse_args()
     names = [n for n in args.only.split(",") if n]
     fors = {r.name: r.for_ for r in precursor_rules()}
@@ -362,7 +362,7 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="rlobs-ew-live-") as tmp:
             t0 = time.monotonic()
             gate: dict[str, dict] = {}
-            seen, alerts, times = replay(batch, Path(tmp), real_timing=args.real_timing, gated=not args.ungated,
+            seen, alerts, times = replay(batch, Path(tmp), real_timing=args.real_timing, gated=args.gated,
                                          gate=gate)
             wall = time.monotonic() - t0
         for n, run in batch.items():
@@ -392,7 +392,7 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
     res = {"what": "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
                    "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD,
-           "real_timing": args.real_timing, "gated": not args.ungated, "scale": SCALE,
+           "real_timing": args.real_timing, "gated": args.gated, "scale": SCALE,
            "for": {name: scaled_for(f) for name, f in fors.items()},
            "runs": rows, "runs_with_a_precursor_alert": [r["name"] for r in rows if r["fired"]],
            "runs_with_one_while_stepping": [r["name"] for r in rows if set(r["fired"]) - set(r["after_last_step"])],
@@ -411,11 +411,11 @@ def main() -> None:
              f"**{len(res['runs_with_a_precursor_alert'])}**, while the run was stepping: "
              f"**{len(res['runs_with_one_while_stepping'])}** (the others' alerts went active after the last step, on "
              "a record whose last values are held)", "",
-             ("With the stepping gate (its floors scaled: " + ", ".join(
+             ("With the stepping gate the thirty-third run tried (not committed; its floors scaled: " + ", ".join(
                  f"{k} {v:g} s" for k, v in gate_floors().items()) + f"): it held while a run was stepping on "
               f"**{len(res['gate_shut_while_stepping'])}** runs"
               + (f" ({', '.join(res['gate_shut_while_stepping'])})" if res["gate_shut_while_stepping"] else "") + "."
-              if not args.ungated else "Without the stepping gate (the rules before the thirty-third run).")
+              if args.gated else "The committed rules, without a stepping gate.")
              + " Alerts that went pending over 5 s after their run's last progress (its last step or declared "
              f"pause's end): **{len(res['pending_over_5s_after_last_progress'])}**"
              + (" (" + ", ".join(f"{x['run']} {x['alert']} {x['s']:g} s" for x in

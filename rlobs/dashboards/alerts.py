@@ -262,15 +262,16 @@ def no_progress_expr(t: AlertThresholds) -> str:
     so a run's first drain is measured by its evaluations), and at least ``pause_floor_seconds`` (a run's first
     pause has no history). The value is the time since the last step; gated on the trainer's target being up
     (``running``). ``bench/no_progress_pauses.py`` evaluates it on real runs."""
-    # (the trainer's series carry the alert's labels and value)
-    return running(f"(time() - {_LAST_STEP}) and on (run) {stalled(t)}")
+    progress, allowance = _run_allowance(t)  # (the trainer's series carry the alert's labels and value)
+    return running(f"(time() - {_LAST_STEP}) and on (run) ((time() - {progress}) > {allowance})")
 
 
 def stalled(t: AlertThresholds) -> str:
-    """The no-progress condition of each run, by ``run``: its trainer has taken a step, and none for longer than the
-    run's allowance (``_run_allowance``) after its last step or declared pause's end. ``RlobsNoProgress`` pages on
-    it; the precursor alerts are silent while it holds (their stepping gate). Before the first step it does not hold:
-    the evaluation before training ends a pause, and the first rollout after it may take minutes."""
+    """The no-progress condition of each run, by ``run``, as ``RlobsNoProgress`` reads it (``no_progress_expr``, by
+    run): its trainer has taken a step, and none for longer than the run's allowance (``_run_allowance``) after its
+    last step or declared pause's end. Before the first step it does not hold: the evaluation before training ends a
+    pause, and the first rollout after it may take minutes. The stepping gate candidate of ``precursor_rules`` and
+    ``bench/early_warning_live.py`` (which reads it back from Prometheus) use it."""
     progress, allowance = _run_allowance(t)
     stepped = agg("max", series("rlobs_train_step_last_timestamp_seconds", ALERT), ("run",))
     return f"(((time() - {progress}) > {allowance}) and on (run) {stepped})"
@@ -568,12 +569,12 @@ def _reward_not_climbing(recent: str, history: str, gain: float) -> str:
 
 def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
                     history: str = PRECURSOR_WINDOWS["history"],
-                    gate: AlertThresholds | None = T) -> tuple[AlertRule, ...]:
+                    gate: AlertThresholds | None = None) -> tuple[AlertRule, ...]:
     """The eight precursor alerts. ``recent``/``history``: the committed rules use the defaults (a run whose steps
     take tens of seconds or more); a test that replays a recorded run faster scales them (and their ``for``).
-    ``gate``: the no-progress thresholds of the stepping gate (``stalled``; a replay scales its floors as it scales
-    the windows); None leaves the gate out (the rules before the thirty-third early-warning run, which the bench
-    replays beside them)."""
+    ``gate``: a candidate not committed, for ``bench/early_warning_live.py --gated``: the stepping gate with these
+    no-progress thresholds (``stalled``; a replay scales its floors as it scales the windows). It missed its bar in
+    the thirty-third early-warning run (README), so the committed rules have no gate."""
     from rlobs.failures import failure
 
     def th(fid: str) -> Mapping[str, float]:
@@ -648,13 +649,12 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
     audit_now = _over_time('avg_over_time', 'rlobs_grader_audit_gap', recent)
     audit = (f"({audit_now} >= {h['audit_above']:g}) and ({audit_now} - "
              f"{_over_time('quantile_over_time', 'rlobs_grader_audit_gap', history, recent, q=0.1)} >= {h['audit_gain']:g})")
-    # the stepping gate (thirty-third early-warning run): the signals are per step, and a trainer that stops keeps
-    # serving its last values, which fill the windows (held values: the reward-hacking alert paged after 5 of 36 runs'
-    # last steps in the twenty-seventh run, the grad-norm drift alert after reward-hacking s123's). Each alert holds
-    # only while its run is not stalled: once the no-progress condition holds, RlobsNoProgress is the page. The
-    # condition counts declared pauses (a held-out evaluation, a checkpoint save, a drain) as progress: the thirtieth
-    # run's gate, on the step yardstick alone, would have shut while runs evaluated (5.6-11.6x the yardstick). A run
-    # that exports no step timestamps is not gated
+    # the stepping gate, a candidate (thirty-third early-warning run, not landed): the signals are per step, and a
+    # trainer that stops keeps serving its last values, which fill the windows (held values: the reward-hacking alert
+    # paged after 5 of 36 runs' last steps in the twenty-seventh run, after healthy-ppo2 s126's in the thirty-third).
+    # With the gate each alert holds only while its run is not stalled (RlobsNoProgress's condition, declared pauses
+    # counted as progress). It removed those pages but the condition also held while staleness-no-is s56 stepped (one
+    # step starved 5x its run's mean step time), so it is not in the committed rules
     def stepping(expr: str) -> str:
         return running(expr if gate is None else f"({expr}) unless on ({GROUP[0]}) {stalled(gate)}")
 

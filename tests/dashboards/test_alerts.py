@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import re
 import subprocess
 from pathlib import Path
@@ -97,68 +96,6 @@ def test_promtool_unit_tests_not_yet_and_firing_for_every_alert():
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "SUCCESS" in out.stdout
-
-
-def _stepping_series(minutes: int, stop: int | None) -> list[tuple[str, dict, str]]:
-    """A trainer's step series, a step every 5 minutes (300 s of optimiser time each), for ``minutes`` minutes; with
-    ``stop``, its last step at that minute and nothing after (its process still up, every other series held)."""
-    last = min(minutes, stop) if stop is not None else minutes
-    steps = [0.2 * min(m, last) for m in range(minutes + 1)]
-    stamps = [300 * (min(m, last) // 5) for m in range(minutes + 1)]
-
-    def values(xs: list[float]) -> str:
-        return " ".join(f"{x:g}" for x in xs)
-
-    return [("rlobs_train_steps_total", {}, values(steps)),
-            ("rlobs_trainer_step_seconds_total", {}, values([60 * x / 0.2 for x in steps])),
-            ("rlobs_trainer_data_wait_seconds_total", {}, values([0.0] * (minutes + 1))),
-            ("rlobs_train_step_last_timestamp_seconds", {}, values(stamps))]
-
-
-def test_every_precursor_alert_pages_a_stepping_trainer_and_not_the_held_values_of_a_stopped_one(tmp_path):
-    """The precursor signals are per step, and a trainer that stops keeps serving its last values (the stepping gate,
-    thirty-third early-warning run: each alert is silent while its run's no-progress condition holds). promtool, each
-    committed precursor rule on its own case: with a trainer that steps every 5 minutes throughout, it is quiet
-    before the onset and fires at the case's firing minute; with the same series but the trainer's last step at the
-    onset (its process up, its values held), it is quiet 30 and 40 minutes later (the run's allowance, 5 step
-    intervals, has passed). The rules without the gate page the stopped trainer then too."""
-    def tests(rules: tuple[a.AlertRule, ...]) -> list[dict]:
-        out = []
-        for r in rules:
-            c = r.case
-            end = c.not_yet_min + 45
-            own = tuple(x for x in c.series if x[0] != "rlobs_train_steps_total")
-            stepping = a._case_test(dataclasses.replace(r, case=dataclasses.replace(
-                c, series=own + tuple(_stepping_series(end, None)))))
-            stopped = a._case_test(dataclasses.replace(r, case=dataclasses.replace(
-                c, series=own + tuple(_stepping_series(end, c.not_yet_min)), up=False)))
-            labels = {**a.CASE_LABELS, "component": c.component}
-            stopped["input_series"].append({"series": "up{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}",
-                                            "values": f"1x{end}"})
-            stopped["name"] = f"{r.name}: the trainer stopped at {c.not_yet_min}m, held values, no page"
-            stopped["alert_rule_test"] = [{"eval_time": f"{m}m", "alertname": r.name, "exp_alerts": []}
-                                          for m in (c.not_yet_min + 30, c.not_yet_min + 40)]
-            out += [stepping, stopped]
-        return out
-
-    def promtool(rules: tuple[a.AlertRule, ...], name: str) -> subprocess.CompletedProcess:
-        (tmp_path / f"{name}.yaml").write_text(yaml.safe_dump({"groups": [{"name": "p", "rules": [
-            {"alert": r.name, "expr": r.expr, "for": r.for_, "labels": r.labels, "annotations": r.annotations()}
-            for r in rules]}]}))
-        (tmp_path / f"t_{name}.yaml").write_text(yaml.safe_dump({
-            "rule_files": [f"{name}.yaml"], "evaluation_interval": "1m", "tests": tests(rules)}))
-        return subprocess.run([need("promtool"), "test", "rules", f"t_{name}.yaml"], cwd=tmp_path,
-                              capture_output=True, text=True, timeout=120)
-
-    committed = {r["alert"] for g in yaml.safe_load((DASHBOARDS / "alerts.yaml").read_text())["groups"]
-                 for r in g["rules"] if r["alert"].startswith("RlobsPrecursor")}
-    gated = a.precursor_rules()
-    assert {r.name for r in gated} == committed and len(gated) == 8
-    out = promtool(gated, "gated")
-    assert out.returncode == 0, out.stdout + out.stderr
-    ungated = promtool(a.precursor_rules(gate=None), "ungated")  # the held values page without the gate
-    assert ungated.returncode != 0
-    assert len(re.findall(r"stopped at \d+m, held values", ungated.stdout + ungated.stderr)) >= 6, ungated.stdout
 
 
 def test_every_rate_or_silence_based_alert_is_gated_on_its_process_running():

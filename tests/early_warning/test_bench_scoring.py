@@ -318,3 +318,32 @@ def test_the_gate_report_reads_the_stalled_moments_against_the_steps_and_the_las
     assert g["while_stepping"] == [4.0] and g["after_last_step_s"] == 6.25
     assert gate_report(times, {"pause_ends": [], "stalled": []}) == {
         "last_progress": 109.0, "while_stepping": [], "after_last_step_s": None}
+
+
+def test_run_signals_reads_a_records_declared_pauses(tmp_path):
+    """``run_signals`` hands the replay each declared pause of a real record (probes' phase timer: the held-out
+    evaluation, the checkpoint save; not the generation or sync phases), when it began and how long it took."""
+    import time
+
+    import rlobs
+    from probes.liveness import Liveness
+
+    from bench.early_warning_live import emit_step
+
+    rec = rlobs.init(tmp_path / "r", component="trainer", rank=0, run_id="r", prometheus=False, set_global=False,
+                     config={"mode": "sync"})
+    live = Liveness(rec)
+    with live.phase("eval"):
+        time.sleep(0.05)
+    for i in range(3):
+        emit_step(rec, {"step": i, "reward": 0.2, "grad_norm": 1.0, "entropy": 1.0})
+        with live.phase("sync"):
+            pass
+    began = time.time()
+    with live.phase("checkpoint"):
+        time.sleep(0.02)
+    rec.close()
+    sig = ew.run_signals(tmp_path / "r")
+    assert [p["phase"] for p in sig["pauses"]] == ["evaluation", "checkpoint"]
+    assert sig["pauses"][0]["seconds"] >= 0.05 and sig["pauses"][1]["seconds"] >= 0.02
+    assert sig["pauses"][0]["wall"] < sig["steps"][0]["wall"] and abs(sig["pauses"][1]["wall"] - began) < 0.01
