@@ -557,7 +557,7 @@ RUN33_FRESH = _register_fresh(RUN33, range(138, 141), range(126, 129), range(32,
 # alert pending over 5 s after a last progress under the gate (without it: healthy-ppo2 s126's reward-hacking alert,
 # 4.4-5.8 s after its last step, in both replays); (d) held: 0 healthy runs paged while stepping in all three.
 # (c) missed: the gate's condition held while staleness-no-is s56 stepped, for 0.07 s before its step 49 and until
-# the next scrape (its trainer starved 1.6 s for data; that step took 5.0x the run's mean step and wait; the same
+# the next scrape (its trainer starved 1.6 s for data; that step came 5.6x the run's mean step and wait after the one before; the same
 # moment in the ungated replays, so not the replay's jitter; RlobsNoProgress with floors at 0 pages it too,
 # bench/no_progress_pauses.py on the same records). Bar missed: the gate is reverted (precursor_rules keeps it as a
 # candidate for `bench/early_warning_live.py --gated`, not in the committed rules).

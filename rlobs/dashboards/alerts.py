@@ -654,7 +654,7 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
     # paged after 5 of 36 runs' last steps in the twenty-seventh run, after healthy-ppo2 s126's in the thirty-third).
     # With the gate each alert holds only while its run is not stalled (RlobsNoProgress's condition, declared pauses
     # counted as progress). It removed those pages but the condition also held while staleness-no-is s56 stepped (one
-    # step starved 5x its run's mean step time), so it is not in the committed rules
+    # step came 5.6x its run's mean step time after the one before), so it is not in the committed rules
     def stepping(expr: str) -> str:
         return running(expr if gate is None else f"({expr}) unless on ({GROUP[0]}) {stalled(gate)}")
 
