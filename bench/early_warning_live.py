@@ -195,10 +195,11 @@ def gate_floors() -> dict[str, float]:
     return {"step floor": t.no_progress_floor_seconds, "pause floor": t.no_progress_pause_floor_seconds}
 
 
-def _feed(rec: Any, run: Mapping[str, Any], stop: threading.Event, times: list[float],
-          real_timing: bool = False, pause_ends: list[float] | None = None) -> None:
+def _feed(rec: Any, run: Mapping[str, Any], plan: list[tuple[float, str, Any]], stop: threading.Event,
+          times: list[float], pause_ends: list[float]) -> None:
+    """Emit ``plan`` (``schedule(run)``) on time, noting when each step was emitted and each pause ended."""
     start = time.monotonic()
-    for at, kind, what in schedule(run, real_timing):
+    for at, kind, what in plan:
         if stop.wait(max(0.0, start + at - time.monotonic())):
             return
         if kind == "step":
@@ -208,8 +209,7 @@ def _feed(rec: Any, run: Mapping[str, Any], stop: threading.Event, times: list[f
             rec.emit("heartbeat", phase=what, detail="")
         else:
             rec.emit("phase", phase=what[0], seconds=what[1], tokens=None)
-            if pause_ends is not None:
-                pause_ends.append(time.time())
+            pause_ends.append(time.time())
 
 
 def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
@@ -232,6 +232,7 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
     recs, threads = {}, []
     times: dict[str, list[float]] = {name: [] for name in runs}
     ends: dict[str, list[float]] = {name: [] for name in runs}
+    plans = {name: schedule(run, real_timing) for name, run in runs.items()}
     seen: dict[str, set[str]] = {name: set() for name in runs}
     alerts: dict[tuple[str, str], dict] = {}
     with LocalPrometheus(list(dirs.values()), port=0, scrape_interval="1s",
@@ -240,7 +241,7 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
             for name, run in runs.items():
                 recs[name] = rlobs.init(dirs[name], component="trainer", rank=0, run_id=f"ew-{name}",
                                         set_global=False, flush_interval=0.2)
-                threads.append(threading.Thread(target=_feed, args=(recs[name], run, stop, times[name], real_timing,
+                threads.append(threading.Thread(target=_feed, args=(recs[name], run, plans[name], stop, times[name],
                                                                     ends[name]), daemon=True))
             up_by = time.monotonic() + 60  # file_sd is re-read every 5 s: replay once every target is scraped
             while time.monotonic() < up_by and len(prom.query('up{run=~"ew-.*"} == 1')) < len(recs):
@@ -251,8 +252,8 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
             for t in threads:
                 t.start()
             began = time.time()
-            deadline = time.monotonic() + max(schedule(r, real_timing)[-1][0] + pace(r["steps"], real_timing)[-1][0]
-                                              for r in runs.values()) + WAIT_S
+            deadline = time.monotonic() + max(plans[n][-1][0] + pace(r["steps"], real_timing)[-1][0]
+                                              for n, r in runs.items()) + WAIT_S
             while time.monotonic() < deadline:
                 for a in prom.alerts():
                     run = a["labels"].get("run", "").removeprefix("ew-")

@@ -262,8 +262,14 @@ def no_progress_expr(t: AlertThresholds) -> str:
     so a run's first drain is measured by its evaluations), and at least ``pause_floor_seconds`` (a run's first
     pause has no history). The value is the time since the last step; gated on the trainer's target being up
     (``running``). ``bench/no_progress_pauses.py`` evaluates it on real runs."""
-    progress, allowance = _run_allowance(t)  # (the trainer's series carry the alert's labels and value)
-    return running(f"(time() - {_LAST_STEP}) and on (run) ((time() - {progress}) > {allowance})")
+    # (the trainer's series carry the alert's labels and value)
+    return running(f"(time() - {_LAST_STEP}) and on (run) {_past_allowance(t)}")
+
+
+def _past_allowance(t: AlertThresholds) -> str:
+    """By ``run``: longer since its progress than its allowance (``_run_allowance``)."""
+    progress, allowance = _run_allowance(t)
+    return f"((time() - {progress}) > {allowance})"
 
 
 def stalled(t: AlertThresholds) -> str:
@@ -272,9 +278,8 @@ def stalled(t: AlertThresholds) -> str:
     last step or declared pause's end. Before the first step it does not hold: the evaluation before training ends a
     pause, and the first rollout after it may take minutes. The stepping gate candidate of ``precursor_rules`` and
     ``bench/early_warning_live.py`` (which reads it back from Prometheus) use it."""
-    progress, allowance = _run_allowance(t)
     stepped = agg("max", series("rlobs_train_step_last_timestamp_seconds", ALERT), ("run",))
-    return f"(((time() - {progress}) > {allowance}) and on (run) {stepped})"
+    return f"({_past_allowance(t)} and on (run) {stepped})"
 
 
 def heartbeat_lost_expr(t: AlertThresholds) -> str:
