@@ -829,6 +829,61 @@ def summarise(rows: list[dict], key: str = "drop_step") -> dict:
     return out
 
 
+# Where the doctor stands (5 Dec 2026, evening): every fresh run trained since its precursor rules last changed (ee95cc9,
+# 5 Dec 2026; the twenty-sixth run's registration db95753 came after it), scored by the same judge. No threshold was
+# chosen or checked on any of them; the runs re-replayed as seen (RUN27_SEEN) are left out. The live replays kept
+# the doctor's first warning and the drop of each run (`doctor_first`, `drop_step`); the thirty-first and
+# thirty-second runs were scored live only for no-progress, so their records are judged by `eval`.
+POOL_SEEN = frozenset(RUN27_SEEN)
+
+
+def pooled_rows(results: list[Path], seen: frozenset[str] = POOL_SEEN, leg: str = "doctor") -> list[dict]:
+    """Each run's row in stored results, each run once (the first file that has it), runs in ``seen`` left out.
+    ``leg`` "doctor": the doctor's warnings, from `eval` files (``first_warning``) and live replays
+    (``doctor_first``); "live": the precursor alerts that went pending while the run stepped (live replays only;
+    an alert pending only after the last step is left out, as `bench/early_warning_live.py` scores them)."""
+    rows: dict[str, dict] = {}
+    for path in results:
+        for r in json.loads(path.read_text())["runs"]:
+            if r["name"] in seen or r["name"] in rows or r["class"] == "exploratory":
+                continue
+            if leg == "live":
+                if "fired" not in r:
+                    raise SystemExit(f"{path}: not a live replay's results (no alerts in it); --leg live needs one")
+                per_rule = {a: r["first_step"][a] for a in r["fired"] if a not in r["after_last_step"]}
+            elif "first_warning" in r:
+                per_rule = r["per_rule"]
+            else:  # a live replay: the doctor's first warning, and per rule where the file kept it
+                per_rule = r.get("doctor_per_rule") or ({} if r["doctor_first"] is None else {"?": r["doctor_first"]})
+            warned = {k: v for k, v in per_rule.items() if v is not None}
+            first = min(warned.values()) if warned else None
+            rows[r["name"]] = {"name": r["name"], "class": r["class"], "split": "heldout", "seed": r.get("seed"),
+                               "drop_step": r["drop_step"], "first_warning": first, "per_rule": per_rule,
+                               "first_rule": min(warned, key=lambda k: (warned[k], k)) if warned else None,
+                               "source": path.name}
+    return list(rows.values())
+
+
+def pool_markdown(res: dict) -> str:
+    s = res["summary"]["heldout"]
+    who = "the live precursor alerts (while stepping)" if res.get("leg") == "live" else "the doctor"
+    lines = [f"# Early warning: {who} on every fresh run since the precursor rules last changed", "",
+             f"Pooled from {', '.join(f'`{x}`' for x in res['sources'])}; left out as seen: "
+             f"{', '.join(res['seen']) or 'none'}. Drop and lead as in `bench/early_warning.py`; a run of a mixed "
+             "class without a drop counts as healthy.", "",
+             "| class | runs | collapsed | warned before the drop | detection | median lead | leads (steps) | misses |",
+             "|---|---|---|---|---|---|---|---|"]
+    for cls, c in s["classes"].items():
+        det = f"{c['detection_rate']:.0%}" if c["detection_rate"] is not None else "n/a"
+        lines.append(f"| {cls} | {c['runs']} | {c['collapsed']} | {c['warned_early']} | {det} | "
+                     f"{c['median_lead'] if c['median_lead'] is not None else '-'} | "
+                     f"{', '.join(map(str, sorted(c['leads']))) or '-'} | {', '.join(c['misses']) or '-'} |")
+    lines += ["", f"Median lead over every detected collapse: {s['median_lead_all']}. Healthy runs (mixed-class runs "
+              f"without a drop included): {s['healthy_runs']}, with a warning: {len(s['healthy_with_warning'])} "
+              f"({', '.join(s['healthy_with_warning']) or 'none'}).", ""]
+    return "\n".join(lines)
+
+
 def markdown(res: dict) -> str:
     intro = (f"Drop: training reward {SMOOTH}-step mean {DROP} below its running peak, or held-out exact-match "
              f"success {DROP} below its best (evaluated every 5 steps). Warning: first precursor finding, records "
@@ -997,7 +1052,9 @@ def eval_continued(root: Path, checks: list[Path], out: Path, twins: Path | None
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("cmd", choices=("run", "eval", "extract", "eval-calib", "eval-continued"))
+    ap.add_argument("cmd", choices=("run", "eval", "extract", "eval-calib", "eval-continued", "pool"))
+    ap.add_argument("--results", default="", help="pool: comma-separated results files (eval or live replays)")
+    ap.add_argument("--leg", choices=("doctor", "live"), default="doctor", help="pool: whose warnings to score")
     ap.add_argument("--checks", default="", help="eval-continued: comma-separated doctor_calib results of the twins")
     ap.add_argument("--twins", default="", help="eval-continued: the twins' doctor_calib root, where still at hand")
     ap.add_argument("--expect", default="", help="extract: RUN=RULE[+RULE] pairs (the live alerts the test expects)")
@@ -1015,6 +1072,15 @@ def main() -> None:
     if args.cmd == "eval-continued":  # --runs: the continued runs' doctor_calib --root; --out: the results stem
         eval_continued(Path(args.runs), [Path(c) for c in args.checks.split(",") if c], Path(args.out + ".json"),
                        Path(args.twins) if args.twins else None)
+        return
+    if args.cmd == "pool":  # --out: the pooled results' stem
+        sources = [Path(x) for x in args.results.split(",") if x]
+        rows = pooled_rows(sources, leg=args.leg)
+        res = {"leg": args.leg, "sources": [x.name for x in sources], "seen": sorted(POOL_SEEN), "runs": rows,
+               "summary": summarise(rows)}
+        Path(args.out + ".json").write_text(json.dumps(res, indent=1))
+        Path(args.out + ".md").write_text(pool_markdown(res))
+        print(pool_markdown(res))
         return
     runs = Path(args.runs)
     runs.mkdir(parents=True, exist_ok=True)

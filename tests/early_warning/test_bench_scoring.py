@@ -45,6 +45,41 @@ def test_summary_counts_a_mixed_class_run_without_a_drop_as_healthy():
     assert either["healthy_that_dropped"] == ["h-s0"]
 
 
+def test_pooling_reads_eval_files_and_live_replays_each_run_once_without_the_seen(tmp_path):
+    """`pool` scores stored results as `eval` does: an eval row's per-rule steps, a live replay's `doctor_first`
+    (per rule where the file kept it), each run once from the first file that has it, seen runs left out."""
+    import json
+
+    evalf, live = tmp_path / "run_doctor.json", tmp_path / "run_live.json"
+    evalf.write_text(json.dumps({"runs": [
+        {"name": "lr-too-high-s1", "class": "lr-too-high", "seed": 1, "drop_step": 20, "first_warning": 9,
+         "per_rule": {"precursor-oversized-updates": 9, "precursor-kl-creep": None}},
+        {"name": "x-s0", "class": "exploratory", "drop_step": None, "first_warning": 3,
+         "per_rule": {"precursor-kl-creep": 3}}]}))
+    live.write_text(json.dumps({"runs": [
+        {"name": "lr-too-high-s1", "class": "lr-too-high", "drop_step": 5, "doctor_first": 30,
+         "doctor_per_rule": {"precursor-oversized-updates": 30}},  # the same run again: the first file wins
+        {"name": "staleness-no-is-lag4-s2", "class": "staleness-no-is-lag4", "drop_step": None, "doctor_first": 8,
+         "doctor_per_rule": None},  # an older replay kept no per-rule steps
+        {"name": "lr-too-high-s3", "class": "lr-too-high", "drop_step": 12, "doctor_first": 12,
+         "doctor_per_rule": {"precursor-oversized-updates": 12}},
+        {"name": "healthy-s4", "class": "healthy", "drop_step": None, "doctor_first": None, "doctor_per_rule": {}},
+        {"name": "healthy-s5", "class": "healthy", "drop_step": None, "doctor_first": 7,
+         "doctor_per_rule": {"precursor-oversized-updates": 7}}]}))
+    rows = ew.pooled_rows([evalf, live], seen=frozenset({"healthy-s5"}))
+    by = {r["name"]: r for r in rows}
+    assert sorted(by) == ["healthy-s4", "lr-too-high-s1", "lr-too-high-s3", "staleness-no-is-lag4-s2"]
+    assert by["lr-too-high-s1"]["first_warning"] == 9 and by["lr-too-high-s1"]["source"] == "run_doctor.json"
+    assert by["staleness-no-is-lag4-s2"]["first_warning"] == 8
+    s = ew.summarise(rows)["heldout"]
+    lr = s["classes"]["lr-too-high"]
+    assert (lr["collapsed"], lr["warned_early"], lr["leads"], lr["misses"]) == (2, 1, [11], ["lr-too-high-s3"])
+    # the mixed-class run without a drop is healthy, and its warning counts against the rules
+    assert s["healthy_runs"] == 2 and s["healthy_with_warning"] == ["staleness-no-is-lag4-s2"]
+    assert "| lr-too-high | 2 | 2 | 1 | 50% | 11 | 11 | lr-too-high-s3 |" in ew.pool_markdown(
+        {"sources": ["run_doctor.json", "run_live.json"], "seen": ["healthy-s5"], "runs": rows, "summary": ew.summarise(rows)})
+
+
 def test_calib_summary_splits_doctor_calib_runs_by_both_definitions():
     """A doctor_calib run that degenerated is neither; one whose reward dropped (this bench's definition) is scored
     as a collapse: a warning before its drop is a lead, at or after it a miss; the rest are healthy and every warning
