@@ -563,6 +563,23 @@ RUN33_FRESH = _register_fresh(RUN33, range(138, 141), range(126, 129), range(32,
 # candidate for `bench/early_warning_live.py --gated`, not in the committed rules).
 
 
+# Thirty-fourth run (5 Dec 2026, a replay, no training; registered here before any replay at these paces): the live
+# precursor alerts at other step times. Every live replay so far stood a replayed step for 120 s of a real run, the
+# pace the committed windows assume (the last 10 min: 5 steps; the hour before: 30). A run at 300 s a step has 2 steps
+# in that 10 min: the oversized-updates alert's guarded leg asks 4 changes of its gauge in it, the first-steps leg 8
+# in the hour; at 30 s a step the windows hold 20 and 120 steps and the drifts are smoothed over many more steps than
+# the doctor reads. Replayed with `bench/early_warning_live.py --real-timing --step-seconds P` for P = 30, 300 and
+# 600, the committed rules, on the thirty-third run's 24 records (RUN33_FRESH, in /work/records/ew33; replayed twice
+# at 120 s without the gate: early_warning_run33_live_ungated{,_repeat}), scored as there. The rules evaluate every
+# replay second, so a `for` under a step rounds up to one step. Stated before: `rlobs dashboards build
+# --step-seconds S` (every precursor window and `for` scaled to hold the same steps at S seconds a step; the committed
+# alerts.yaml stays built for 120) lands if, at 300 or 600 s, the committed rules warn before the drop on fewer class
+# runs than the fewer of the two 120-s replays less 1, or page a healthy run while it steps, or, at 30 s, their
+# median lead is 2+ steps under the lower 120-s median; otherwise the committed rules are called pace-robust on this
+# evidence and nothing is added. Rules built for S and replayed at S are the 120-s replay itself (the same windows
+# and `for` in replay seconds), so they are not replayed again
+RUN34_PACES = (30, 300, 600)
+
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
     keys = ("mode", "lr", "lr_peak", "lr_warmup_steps", "temperature", "kl_coef", "tis_cap", "max_staleness", "grader",

@@ -32,7 +32,22 @@ sys.path.insert(0, str(ROOT))
 PERIOD = 1.0  # seconds per replayed step
 SCALE = {"recent": "5s", "history": "30s"}
 REAL_SECONDS_PER_SECOND = 120  # the windows' scale: the last 10 min -> 5 s, a replayed step stands for two minutes
+RULES_STEP_SECONDS = 120  # the step time the replayed rules are built for (the committed windows: 120)
 WAIT_S = 30.0  # after the last step: the alerts' windows and `for` catching up
+
+
+def set_pace(step_seconds: float, rules_step_seconds: float | None = None) -> None:
+    """Replay each step as ``step_seconds`` of a real run (default 120: the committed windows hold 5 steps and 30)
+    under the rules built for steps of ``rules_step_seconds`` (``rlobs dashboards build --step-seconds``; default:
+    the committed windows, 10 min and 1 h, whatever the pace). At 300 s a step the committed rules' last 10 min
+    holds two steps, and the replay shows what that does; built for 300 s they hold 5 again."""
+    global REAL_SECONDS_PER_SECOND, RULES_STEP_SECONDS, SCALE
+    from rlobs.dashboards.alerts import duration_seconds, precursor_windows
+
+    REAL_SECONDS_PER_SECOND = step_seconds / PERIOD
+    RULES_STEP_SECONDS = rules_step_seconds or 120
+    SCALE = {k: f"{round(duration_seconds(v) * 1000 / REAL_SECONDS_PER_SECOND)}ms"
+             for k, v in precursor_windows(RULES_STEP_SECONDS).items()}
 
 
 def emit_step(rec: Any, row: Mapping[str, Any], correction_cap: float | None = None,
@@ -58,10 +73,9 @@ def emit_step(rec: Any, row: Mapping[str, Any], correction_cap: float | None = N
 def for_seconds(for_: str) -> int:
     """A rule's ``for`` on the replay's clock, in seconds: scaled as the windows are (``REAL_SECONDS_PER_SECOND``), at
     least one (the rules are evaluated every second): 1m -> 1, 10m -> 5."""
-    m = re.fullmatch(r"(\d+)([smh])", for_)
-    if m is None:
-        raise ValueError(f"a precursor rule's `for` {for_!r} is not a single duration (30s, 1m, 10m, 1h)")
-    real = int(m[1]) * {"s": 1, "m": 60, "h": 3600}[m[2]]
+    from rlobs.dashboards.alerts import duration_seconds, scaled_duration
+
+    real = duration_seconds(scaled_duration(for_, RULES_STEP_SECONDS))  # the rules' own `for` at their step time
     return max(1, round(real / REAL_SECONDS_PER_SECOND))
 
 
@@ -349,9 +363,15 @@ def main() -> None:
     ap.add_argument("--real-timing", action="store_true",
                     help="replay each run at its own pace (its gaps between steps and its step times, scaled to a "
                          "mean of one PERIOD, and its declared pauses) instead of one PERIOD a step")
+    ap.add_argument("--step-seconds", type=float, default=120.0,
+                    help="the real step time a replayed step stands for (the windows and `for` scaled to it)")
+    ap.add_argument("--rules-step-seconds", type=float, default=0.0,
+                    help="the step time the rules are built for (rlobs dashboards build --step-seconds; 0: the "
+                         "committed windows, 10 min / 1 h)")
     ap.add_argument("--gated", action="store_true",
                     help="the precursor rules with the stepping gate the thirty-third run tried (not committed)")
     args = ap.parse_args()
+    set_pace(args.step_seconds, args.rules_step_seconds or None)
     names = [n for n in args.only.split(",") if n]
     fors = {r.name: r.for_ for r in precursor_rules()}
     precursors = set(fors)
@@ -394,6 +414,7 @@ def main() -> None:
     res = {"what": "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
                    "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD,
            "real_timing": args.real_timing, "gated": args.gated, "scale": SCALE,
+           "step_seconds": args.step_seconds, "rules_step_seconds": RULES_STEP_SECONDS,
            "for": {name: scaled_for(f) for name, f in fors.items()},
            "runs": rows, "runs_with_a_precursor_alert": [r["name"] for r in rows if r["fired"]],
            "runs_with_one_while_stepping": [r["name"] for r in rows if set(r["fired"]) - set(r["after_last_step"])],
@@ -406,6 +427,8 @@ def main() -> None:
     lines = ["# Live precursor alerts (bench/early_warning_live.py)", "",
              f"{len(rows)} runs replayed from `{args.runs}` into a real Prometheus ("
              + (f"at each run's own pace, a mean of {PERIOD:g} s a step" if args.real_timing else f"{PERIOD:g} s a step")
+             + f", a step standing for {args.step_seconds:g} s of a real run, the rules built for steps of "
+             f"{RULES_STEP_SECONDS:g} s" + (" (the committed windows)" if RULES_STEP_SECONDS == 120 else "")
              + ", windows "
              f"{SCALE['recent']} / {SCALE['history']}, for {', '.join(sorted(set(res['for'].values())))}); runs with a "
              "precursor alert: "

@@ -549,6 +549,33 @@ RULES: tuple[AlertRule, ...] = (
 # same learning guards (entropy and zero-std shares fall / rise in a run that learns: silent while the reward
 # climbs by ``learning_gain``, and for zero-std groups while the reward is above ``solved_reward``).
 PRECURSOR_WINDOWS = {"recent": "10m", "history": "1h"}
+# The step time those windows are built for: the last 10 minutes hold 5 optimiser steps, the hour before 30 (the
+# doctor's rules count steps). `rlobs dashboards build --step-seconds S` writes the rules for steps of S seconds:
+# every window and `for` of the precursor alerts scaled by S / PRECURSOR_STEP_SECONDS, so they hold the same steps
+PRECURSOR_STEP_SECONDS = 120
+_UNITS = (("h", 3600), ("m", 60), ("s", 1))
+
+
+def duration_seconds(d: str) -> float:
+    """A Prometheus duration of one unit (``500ms``, ``30s``, ``10m``, ``1h``) in seconds."""
+    m = re.fullmatch(r"(\d+)(ms|s|m|h)", d)
+    if m is None:
+        raise ValueError(f"{d!r} is not a single duration of one unit (500ms, 30s, 10m, 1h)")
+    return int(m[1]) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600}[m[2]]
+
+
+def scaled_duration(d: str, step_seconds: float) -> str:
+    """``d``, a window or ``for`` of the committed precursor rules, for steps of ``step_seconds``: the same number of
+    steps (``10m`` at 300 s a step: ``25m``), in the largest whole unit, whole seconds at least."""
+    if step_seconds <= 0:
+        raise ValueError(f"step seconds must be positive, not {step_seconds:g}")
+    secs = max(1, round(duration_seconds(d) * step_seconds / PRECURSOR_STEP_SECONDS))
+    return next(f"{secs // n}{u}" for u, n in _UNITS if secs % n == 0)
+
+
+def precursor_windows(step_seconds: float = PRECURSOR_STEP_SECONDS) -> dict[str, str]:
+    """The precursor alerts' ``recent`` and ``history`` windows for steps of ``step_seconds``."""
+    return {k: scaled_duration(v, step_seconds) for k, v in PRECURSOR_WINDOWS.items()}
 
 
 def _over_time(fn: str, name: str, window: str, offset: str | None = None, q: float | None = None) -> str:
