@@ -579,6 +579,14 @@ RUN33_FRESH = _register_fresh(RUN33, range(138, 141), range(126, 129), range(32,
 # evidence and nothing is added. Rules built for S and replayed at S are the 120-s replay itself (the same windows
 # and `for` in replay seconds), so they are not replayed again
 RUN34_PACES = (30, 300, 600)
+# Scored once (bench/results/early_warning_run34_live_{30s,300s,600s}.md; the 120-s replays: 15 of 15 class runs
+# warned before the drop, twice, 0 healthy runs paged while stepping): at 300 s the committed rules warned 10 of 15
+# (lr-too-high 0 of 3, warm-up 1 of 3 and that by the reward-hacking alert) and paged 2 of 9 healthy runs
+# (reward hacking); at 600 s 6 of 15 (lr, warm-up and KL 0 of 3 each), 4 of 9 healthy paged; at 30 s 11 of 15, no
+# healthy page, the live alert 7-12 steps behind the doctor on the lr classes (3 at most at 120 s). The bar is met:
+# `rlobs dashboards build --step-seconds` lands (the committed alerts.yaml is still built for 120 s). Not registered,
+# run after the score as a check of the identity: rules built for 300 s replayed at 300 s
+# (early_warning_run34_live_300s_built300.md)
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}

@@ -8,7 +8,9 @@ and writes its file_sd target, as a trainer does), one step per ``PERIOD`` secon
 Debian's Prometheus (``LocalPrometheus``), which evaluates the precursor rules of
 ``rlobs.dashboards.alerts.precursor_rules``: the committed expressions and thresholds with their time windows
 scaled (``SCALE``: the last 10 min vs the hour before become 5 s vs 30 s; ``for`` likewise, at least 1 s: 1 min
-becomes 1 s, 10 min 5 s), so a replayed step stands for two minutes of a real run. A batch of runs shares one
+becomes 1 s, 10 min 5 s), so a replayed step stands for two minutes of a real run (``--step-seconds P``: P seconds,
+the windows scaled to that pace; ``--rules-step-seconds S``: the rules built for steps of S seconds,
+``rlobs dashboards build --step-seconds``). A batch of runs shares one
 Prometheus; every precursor alert that fires for a run is listed with the step it went active at. ``tests/early_warning/test_precursor_alerts.py`` drives the
 same replay on the extracted runs of ``tests/early_warning/data``.
 """

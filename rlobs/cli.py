@@ -276,19 +276,39 @@ dashboards_app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=T
 app.add_typer(dashboards_app, name="dashboards")
 
 
+def _check_step_seconds(step_seconds: float) -> int:
+    """``--step-seconds`` as the precursor rules are built for it (whole even seconds), or a usage error."""
+    from rlobs.dashboards.alerts import rules_step_seconds
+
+    try:
+        built = rules_step_seconds(step_seconds)
+    except ValueError as exc:
+        raise fail(f"--step-seconds: {exc}", exitcodes.USAGE) from None
+    if built != step_seconds:
+        err_console.print(f"--step-seconds {step_seconds:g}: the precursor alerts are built for {built} s a step "
+                          "(whole even seconds)")
+    return built
+
+
 @dashboards_app.command("build")
 def dashboards_build(out: Path = typer.Option(None, "--out", help="output folder (default: the checkout's dashboards/)"),
                      check: bool = typer.Option(False, "--check", help="compare instead of writing; exit 1 on a difference"),
                      runbook_base_url: str = typer.Option(None, "--runbook-base-url",
                                                           envvar="RLOBS_RUNBOOK_BASE_URL",
                                                           help="where your team serves runbooks/*.md (alerts' runbook_url = "
-                                                               "this + <id>.md; default: rlobs' own runbooks)")
+                                                               "this + <id>.md; default: rlobs' own runbooks)"),
+                     step_seconds: float = typer.Option(
+                         120.0, "--step-seconds",
+                         help="your run's optimiser step time, seconds: the precursor alerts' windows and `for` "
+                              "are scaled to hold the same steps (the committed rules: 120, the last 10 min = 5 "
+                              "steps, the hour before = 30)")
                      ) -> None:
     """Write dashboards/*.json, alerts.yaml, alerts_test.yaml and provisioning/ (or check them)."""
     from rlobs.dashboards.build import build, default_out_dir
 
+    step_seconds = _check_step_seconds(step_seconds)
     target = out or default_out_dir()
-    result = build(target, check=check, runbook_base=runbook_base_url)
+    result = build(target, check=check, runbook_base=runbook_base_url, step_seconds=step_seconds)
     # soft_wrap: paths print whole (one folded mid-name at the console's width cannot be copied)
     for name in result.unexpected:
         err_console.print(f"[yellow]not generated any more:[/] {target / name}", soft_wrap=True)
@@ -312,7 +332,10 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
             scrape_interval: str = typer.Option("2s", "--scrape-interval", help="scrape and rule-evaluation interval"),
             rules: Path = typer.Option(None, "--rules", help="alert rules file (default: the generated rules)"),
             runbook_base_url: str = typer.Option(None, "--runbook-base-url", envvar="RLOBS_RUNBOOK_BASE_URL",
-                                                 help="base of the generated rules' runbook_url (see dashboards build)")
+                                                 help="base of the generated rules' runbook_url (see dashboards build)"),
+            step_seconds: float = typer.Option(120.0, "--step-seconds",
+                                               help="the runs' optimiser step time, seconds: the generated precursor "
+                                                    "alerts' windows hold the same steps (see dashboards build; not with --rules)")
             ) -> None:
     """Run Debian's Prometheus on 127.0.0.1 over the run(s), with the rlobs alert rules; Ctrl-C stops it.
     Prints targets coming up and going down, alerts pending / firing / resolved and runs ending."""
@@ -323,9 +346,10 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
         raise fail(f"no such run directory: {', '.join(missing)} (start the run first, or create the folder "
                    "it will write to)", exitcodes.INPUT)
 
+    step_seconds = _check_step_seconds(step_seconds)
     try:
         code = serve_forever(run_dirs, port=port, scrape_interval=scrape_interval, rules_file=rules,
-                             runbook_base=runbook_base_url,
+                             runbook_base=runbook_base_url, step_seconds=step_seconds,
                              echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
     except PrometheusError as exc:
         raise fail(exc, exitcodes.UNAVAILABLE) from None

@@ -19,7 +19,7 @@ critical finding and its own alert.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -272,14 +272,16 @@ def thresholds(fid: str) -> dict[str, float]:
     return dict(f.thresholds) if f is not None else {}
 
 
-def check_alert(alert_id: str, severity: str, for_: str) -> None:
-    """Raise when an alert's severity or ``for:`` differ from its row (called by every AlertRule)."""
+def check_alert(alert_id: str, severity: str, for_: str, scale: Callable[[str], str] | None = None) -> None:
+    """Raise when an alert's severity or ``for:`` differ from its row (called by every AlertRule); ``scale``: the
+    row's ``for`` for the rule's step time (a precursor alert built for another step time)."""
     f = failure(alert_id)
     if f.alert_for is None:
         raise ValueError(f"alert {alert_id!r}: the failure table says it has no live alert")
-    if (severity, for_) != (f.severity, f.alert_for):
+    want = scale(f.alert_for) if scale else f.alert_for
+    if (severity, for_) != (f.severity, want):
         raise ValueError(f"alert {alert_id!r}: severity/for {severity}/{for_} but the failure table says "
-                         f"{f.severity}/{f.alert_for}")
+                         f"{f.severity}/{want}")
 
 
 # ---------- rlobs explain ----------

@@ -11,6 +11,8 @@ Thresholds are ``AlertThresholds`` fields with field-derived defaults; change th
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -100,6 +102,10 @@ class AlertThresholds:
     grader_backlog_min_seconds: float = field(default_factory=lambda: _th("grader-backlog", "min_seconds"))
 
 
+# The step time the precursor alerts' windows are built for: the last 10 minutes hold 5 optimiser steps, the hour
+# before 30 (the doctor's rules count steps). `rlobs dashboards build --step-seconds S` writes the rules for steps of
+# S seconds: every window and `for` of the precursor alerts scaled by S / PRECURSOR_STEP_SECONDS, the same steps
+PRECURSOR_STEP_SECONDS = 120
 T = AlertThresholds()
 _W10 = ALERT.with_window("10m")
 
@@ -130,6 +136,9 @@ class AlertRule:
     summary: str
     description: str
     case: PromtoolCase
+    # the step time a precursor alert's windows and `for` are built for (precursor_rules(step_seconds=...)); its
+    # `for` is the failure table's scaled to it, and so is the time of its promtool case
+    step_seconds: float = PRECURSOR_STEP_SECONDS
 
     def __post_init__(self) -> None:
         if not re.fullmatch(r"[a-z0-9]+(-[a-z0-9]+)*", self.id):
@@ -138,7 +147,10 @@ class AlertRule:
             raise ValueError(f"alert {self.id!r}: severity {self.severity!r}; valid: {SEVERITIES}")
         from rlobs.failures import check_alert
 
-        check_alert(self.id, self.severity, self.for_)  # the failure table is the source: no silent drift
+        # the failure table is the source: no silent drift
+        check_alert(self.id, self.severity, self.for_,
+                    scale=None if self.step_seconds == PRECURSOR_STEP_SECONDS
+                    else (lambda d: scaled_duration(d, self.step_seconds)))
 
     @property
     def name(self) -> str:
@@ -549,10 +561,7 @@ RULES: tuple[AlertRule, ...] = (
 # same learning guards (entropy and zero-std shares fall / rise in a run that learns: silent while the reward
 # climbs by ``learning_gain``, and for zero-std groups while the reward is above ``solved_reward``).
 PRECURSOR_WINDOWS = {"recent": "10m", "history": "1h"}
-# The step time those windows are built for: the last 10 minutes hold 5 optimiser steps, the hour before 30 (the
-# doctor's rules count steps). `rlobs dashboards build --step-seconds S` writes the rules for steps of S seconds:
-# every window and `for` of the precursor alerts scaled by S / PRECURSOR_STEP_SECONDS, so they hold the same steps
-PRECURSOR_STEP_SECONDS = 120
+# (at PRECURSOR_STEP_SECONDS a step: 5 and 30 steps)
 _UNITS = (("h", 3600), ("m", 60), ("s", 1))
 
 
@@ -571,6 +580,14 @@ def scaled_duration(d: str, step_seconds: float) -> str:
         raise ValueError(f"step seconds must be positive, not {step_seconds:g}")
     secs = max(1, round(duration_seconds(d) * step_seconds / PRECURSOR_STEP_SECONDS))
     return next(f"{secs // n}{u}" for u, n in _UNITS if secs % n == 0)
+
+
+def rules_step_seconds(step_seconds: float) -> int:
+    """A run's step time as the precursor rules are built for it: whole even seconds (every scaled window, ``for``
+    and promtool case minute a whole second), 2 s to a day."""
+    if not 1 <= step_seconds <= 86_400:
+        raise ValueError(f"a step time of {step_seconds:g} s: give the run's optimiser step time in seconds, 1 to 86400")
+    return max(2, 2 * round(step_seconds / 2))
 
 
 def precursor_windows(step_seconds: float = PRECURSOR_STEP_SECONDS) -> dict[str, str]:
@@ -599,11 +616,14 @@ def _reward_not_climbing(recent: str, history: str, gain: float) -> str:
     return f"({now} < {before} + {gain:g})"
 
 
-def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
-                    history: str = PRECURSOR_WINDOWS["history"],
-                    gate: AlertThresholds | None = None) -> tuple[AlertRule, ...]:
-    """The eight precursor alerts. ``recent``/``history``: the committed rules use the defaults (a run whose steps
-    take tens of seconds or more); a test that replays a recorded run faster scales them (and their ``for``).
+def precursor_rules(recent: str | None = None, history: str | None = None,
+                    gate: AlertThresholds | None = None,
+                    step_seconds: float = PRECURSOR_STEP_SECONDS) -> tuple[AlertRule, ...]:
+    """The eight precursor alerts. ``step_seconds``: the run's optimiser step time they are built for; the committed
+    rules are built for PRECURSOR_STEP_SECONDS (windows of 10 min and 1 h: 5 and 30 steps), other step times scale
+    every window and ``for`` to hold the same steps (``rlobs dashboards build --step-seconds``).
+    ``recent``/``history``: explicit windows instead (a test that replays a recorded run faster scales them, and
+    their ``for``).
     ``gate``: a candidate not committed, for ``bench/early_warning_live.py --gated``: the stepping gate with these
     no-progress thresholds (``stalled``; a replay scales its floors as it scales the windows). It missed its bar in
     the thirty-third early-warning run (README), so the committed rules have no gate."""
@@ -614,6 +634,11 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
 
     def f(fid: str) -> str:
         return str(failure(fid).alert_for)
+
+    if step_seconds != PRECURSOR_STEP_SECONDS:
+        step_seconds = rules_step_seconds(step_seconds)
+    windows = precursor_windows(step_seconds)
+    recent, history = recent or windows["recent"], history or windows["history"]
 
     on = f" and on ({', '.join(GROUP)}) "
     g, e, i, k, z = (th("precursor-grad-norm-drift"), th("precursor-entropy-decline"),
@@ -808,15 +833,19 @@ def precursor_rules(recent: str = PRECURSOR_WINDOWS["recent"],
             f"over the last {recent} against its early level in the {history} before ({h['reward_gain']:g}+) while "
             f"held-out success (an exact check on prompts it never trains on) gained at most "
             f"{h['heldout_share']:.0%} of that; or it pays {{{{ $value | humanize }}}} more than an exact check on the "
-            f"same training samples ({h['audit_above']:g}+, up {h['audit_gain']:g}+ on the hour before): the grader "
+            f"same training samples ({h['audit_above']:g}+, up {h['audit_gain']:g}+ on the {history} before): the grader "
             "pays for something that is not success (a loophole) and every further step trains it. Audit the grader on the run's own samples, fix it, resume from a checkpoint before the warning.",
             PromtoolCase((("rlobs_reward_mean", {}, "0.2x70 0.7x20"),
                           ("rlobs_heldout_success", {"component": "driver"}, "0.3x90")), "500m",
                          not_yet_min=70, firing_min=88)),
     )
+    if step_seconds != PRECURSOR_STEP_SECONDS:
+        out = tuple(dataclasses.replace(r, for_=scaled_duration(r.for_, step_seconds), step_seconds=step_seconds)
+                    for r in out)
     return out
 
 
+BASE_RULES: tuple[AlertRule, ...] = RULES  # every alert but the precursors, whose windows follow the step time
 RULES = RULES + precursor_rules()
 ALERT_IDS: tuple[str, ...] = tuple(r.id for r in RULES)
 if len(set(ALERT_IDS)) != len(ALERT_IDS):
@@ -830,15 +859,27 @@ def rule(alert_id: str) -> AlertRule:
     raise ValueError(f"unknown alert {alert_id!r}; valid: {', '.join(ALERT_IDS)}")
 
 
-def rules_document(base: str | None = None) -> dict[str, object]:
+def rules_for(step_seconds: float = PRECURSOR_STEP_SECONDS) -> tuple[AlertRule, ...]:
+    """Every alert rule, the precursors built for steps of ``step_seconds`` (the committed: ``RULES``)."""
+    return RULES if step_seconds == PRECURSOR_STEP_SECONDS else BASE_RULES + precursor_rules(step_seconds=step_seconds)
+
+
+def rules_document(base: str | None = None, step_seconds: float = PRECURSOR_STEP_SECONDS) -> dict[str, object]:
     return {"groups": [{"name": RULE_GROUP, "rules": [
         {"alert": r.name, "expr": r.expr, "for": r.for_, "labels": r.labels,
-         "annotations": r.annotations(base)} for r in RULES]}]}
+         "annotations": r.annotations(base)} for r in rules_for(step_seconds)]}]}
 
 
-def rules_yaml(base: str | None = None) -> str:
+def _built_for(step_seconds: float) -> str:
+    step_seconds = rules_step_seconds(step_seconds)
+    return ("" if step_seconds == PRECURSOR_STEP_SECONDS else
+            f"# The precursor alerts are built for optimiser steps of {step_seconds:g} s (--step-seconds): their "
+            f"windows {precursor_windows(step_seconds)['recent']} and {precursor_windows(step_seconds)['history']}.\n")
+
+
+def rules_yaml(base: str | None = None, step_seconds: float = PRECURSOR_STEP_SECONDS) -> str:
     header = "# Generated by `rlobs dashboards build` from rlobs/dashboards/alerts.py: do not edit.\n"
-    return header + to_yaml(rules_document(base))
+    return header + _built_for(step_seconds) + to_yaml(rules_document(base, step_seconds))
 
 
 def _render(template: str, labels: Mapping[str, str], value_text: str, query_text: str = "") -> str:
@@ -864,24 +905,38 @@ def _case_test(r: AlertRule, runbook_base: str | None = None) -> dict[str, objec
     alert_labels = {**r.labels, "run": base["run"], "component": base["component"], **c.labels}
     annotations = {k: _render(v, alert_labels, c.value_text, c.query_text)
                    for k, v in r.annotations(runbook_base).items()}
+
+    def at(minutes: int) -> str:  # the case's minutes, at the rule's step time (its series as much slower)
+        return f"{minutes}m" if r.step_seconds == PRECURSOR_STEP_SECONDS else f"{minutes * _case_minute(r)}s"
+
     checks: list[dict[str, object]] = [
-        {"eval_time": f"{c.not_yet_min}m", "alertname": r.name, "exp_alerts": []},
-        {"eval_time": f"{c.firing_min}m", "alertname": r.name,
+        {"eval_time": at(c.not_yet_min), "alertname": r.name, "exp_alerts": []},
+        {"eval_time": at(c.firing_min), "alertname": r.name,
          "exp_alerts": [{"exp_labels": alert_labels, "exp_annotations": annotations}]},
     ]
     if gated:
-        checks.append({"eval_time": f"{c.firing_min + 1}m", "alertname": r.name, "exp_alerts": []})
+        checks.append({"eval_time": at(c.firing_min + 1), "alertname": r.name, "exp_alerts": []})
     return {
-        "name": f"{r.name}: not yet at {c.not_yet_min}m, firing at {c.firing_min}m"
-                + (f", gone at {c.firing_min + 1}m once the process ended" if gated else ""),
-        "interval": "1m",
+        "name": f"{r.name}: not yet at {at(c.not_yet_min)}, firing at {at(c.firing_min)}"
+                + (f", gone at {at(c.firing_min + 1)} once the process ended" if gated else ""),
+        "interval": at(1),
         "input_series": input_series,
         "alert_rule_test": checks,
     }
 
 
-def promtool_tests_yaml(rules_file: str = "alerts.yaml", base: str | None = None) -> str:
-    doc = {"rule_files": [rules_file], "evaluation_interval": "1m", "tests": [_case_test(r, base) for r in RULES]}
+def _case_minute(r: AlertRule) -> int:
+    """A promtool case's minute at the rule's step time, whole seconds (a precursor built for 300 s a step: 150)."""
+    return max(1, round(60 * r.step_seconds / PRECURSOR_STEP_SECONDS))
+
+
+def promtool_tests_yaml(rules_file: str = "alerts.yaml", base: str | None = None,
+                        step_seconds: float = PRECURSOR_STEP_SECONDS) -> str:
+    rules = rules_for(step_seconds)
+    # the rules are evaluated on every case's grid: the other alerts' minutes and the precursors' scaled minute
+    every = "1m" if step_seconds == PRECURSOR_STEP_SECONDS else f"{math.gcd(60, *map(_case_minute, rules))}s"
+    doc = {"rule_files": [rules_file], "evaluation_interval": every,
+           "tests": [_case_test(r, base) for r in rules]}
     header = ("# Generated by `rlobs dashboards build` from rlobs/dashboards/alerts.py: do not edit.\n"
               "# promtool test rules dashboards/alerts_test.yaml\n")
-    return header + to_yaml(doc)
+    return header + _built_for(step_seconds) + to_yaml(doc)

@@ -3,6 +3,7 @@ Grafana provisioning files.
 
     rlobs dashboards build            # write dashboards/*.json, alerts.yaml, alerts_test.yaml, provisioning/
     rlobs dashboards build --check    # exit 1 if any committed file differs from what the code generates
+    rlobs dashboards build --out DIR --step-seconds 300   # the precursor alerts for a run of ~5-minute steps
 
 All output is deterministic, so the committed files are compared byte for byte (a test does it).
 """
@@ -59,14 +60,16 @@ def provisioning_files() -> dict[str, str]:
             f"{PROVISIONING_DIR}/dashboards/rlobs.yaml": note + to_yaml(provider)}
 
 
-def generated_files(runbook_base: str | None = None) -> dict[str, str]:
-    """Relative path -> content of every generated file (``runbook_base``: see ``alerts.runbook_url``)."""
+def generated_files(runbook_base: str | None = None,
+                    step_seconds: float = alerts.PRECURSOR_STEP_SECONDS) -> dict[str, str]:
+    """Relative path -> content of every generated file (``runbook_base``: see ``alerts.runbook_url``;
+    ``step_seconds``: the optimiser step time the precursor alerts are built for, ``alerts.precursor_rules``)."""
     from rlobs.dashboards.render import render_board
 
     all_boards = boards()
     files = {f"{b.slug}.json": render_board(b, all_boards, runbook_base) for b in all_boards}
-    files[RULES_FILE] = alerts.rules_yaml(runbook_base)
-    files[RULES_TEST_FILE] = alerts.promtool_tests_yaml(RULES_FILE, runbook_base)
+    files[RULES_FILE] = alerts.rules_yaml(runbook_base, step_seconds)
+    files[RULES_TEST_FILE] = alerts.promtool_tests_yaml(RULES_FILE, runbook_base, step_seconds)
     files.update(provisioning_files())
     return files
 
@@ -78,9 +81,10 @@ class BuildResult:
     unexpected: tuple[str, ...]  # JSON files in the output folder that the code no longer generates
 
 
-def build(out_dir: Path | None = None, *, check: bool = False, runbook_base: str | None = None) -> BuildResult:
+def build(out_dir: Path | None = None, *, check: bool = False, runbook_base: str | None = None,
+          step_seconds: float = alerts.PRECURSOR_STEP_SECONDS) -> BuildResult:
     out = Path(out_dir) if out_dir is not None else default_out_dir()
-    files = generated_files(runbook_base)
+    files = generated_files(runbook_base, step_seconds)
     written, differing = [], []
     for rel, content in sorted(files.items()):
         path = out / rel

@@ -63,8 +63,10 @@ class LocalPrometheus:
 
     def __init__(self, run_dirs: Sequence[str | os.PathLike[str]], *, port: int = 9090,
                  scrape_interval: str = "2s", rules_file: Path | None = None, binary: str = PROMETHEUS_BIN,
-                 retention: str = "1d", runbook_base: str | None = None, tsdb: Path | None = None):
+                 retention: str = "1d", runbook_base: str | None = None, tsdb: Path | None = None,
+                 step_seconds: float = alerts.PRECURSOR_STEP_SECONDS):
         self.run_dirs = [Path(d) for d in run_dirs]
+        self.step_seconds = step_seconds  # the step time the generated precursor alerts are built for
         self.tsdb = tsdb  # an existing TSDB to serve (a backfill: promtool tsdb create-blocks-from); kept on stop
         self.runbook_base = runbook_base  # base of the alerts' runbook_url (generated rules only)
         self.port = port or free_port()
@@ -86,7 +88,7 @@ class LocalPrometheus:
         rules = self.rules_file
         if rules is None:
             rules = self.workdir / "alerts.yaml"
-            rules.write_text(alerts.rules_yaml(self.runbook_base), encoding="utf-8")
+            rules.write_text(alerts.rules_yaml(self.runbook_base, self.step_seconds), encoding="utf-8")
         config = self.workdir / "prometheus.yml"
         config.write_text(prometheus_config(self.run_dirs, rules, self.scrape_interval), encoding="utf-8")
         log = open(self.workdir / "prometheus.log", "wb")
@@ -230,10 +232,11 @@ class Watch:
 
 
 def serve_forever(run_dirs: Sequence[str | os.PathLike[str]], port: int = 9090, scrape_interval: str = "2s",
-                  rules_file: Path | None = None, echo: Any = print, runbook_base: str | None = None) -> int:
+                  rules_file: Path | None = None, echo: Any = print, runbook_base: str | None = None,
+                  step_seconds: float = alerts.PRECURSOR_STEP_SECONDS) -> int:
     """Run Prometheus until Ctrl-C (or SIGTERM); returns the process exit status to use."""
     prom = LocalPrometheus(run_dirs, port=port, scrape_interval=scrape_interval, rules_file=rules_file,
-                           runbook_base=runbook_base)
+                           runbook_base=runbook_base, step_seconds=step_seconds)
     prom.start()
     stop = {"now": False}
 

@@ -57,6 +57,83 @@ def test_a_teams_runbook_base_url_goes_into_every_rule_and_its_promtool_tests(tm
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
 
 
+def _build(out: Path, *args: str) -> None:
+    from typer.testing import CliRunner
+
+    from rlobs.cli import app
+
+    res = CliRunner().invoke(app, ["dashboards", "build", "--out", str(out), *args])
+    assert res.exit_code == 0, res.output
+
+
+def _promtool_precursors(built: Path, rules_from: Path, work: Path) -> subprocess.CompletedProcess:
+    """promtool on the precursor alerts alone (the whole file takes ~20 s at a scaled evaluation interval): the
+    precursor rules of ``rules_from``'s alerts.yaml against the precursor cases of ``built``'s alerts_test.yaml."""
+    names = {r.name for r in a.precursor_rules()}
+    rules = yaml.safe_load((rules_from / "alerts.yaml").read_text())
+    rules["groups"][0]["rules"] = [r for r in rules["groups"][0]["rules"] if r["alert"] in names]
+    tests = yaml.safe_load((built / "alerts_test.yaml").read_text())
+    tests["tests"] = [t for t in tests["tests"] if t["alert_rule_test"][0]["alertname"] in names]
+    assert len(rules["groups"][0]["rules"]) == len(tests["tests"]) == 8
+    work.mkdir(exist_ok=True)
+    (work / "alerts.yaml").write_text(yaml.safe_dump(rules, sort_keys=False))
+    (work / "alerts_test.yaml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    return subprocess.run([need("promtool"), "test", "rules", "alerts_test.yaml"], cwd=work, capture_output=True,
+                          text=True, timeout=120)
+
+
+def test_precursor_alerts_built_for_a_slower_step_hold_the_same_steps(tmp_path):
+    """`rlobs dashboards build --step-seconds 300`: every precursor window and `for` is scaled 2.5x (the last 10 min
+    -> 25 min: 5 steps of 5 minutes), the other alerts are the committed ones, and the generated promtool tests (each
+    precursor case 2.5x slower, as a run at 5 minutes a step) pass. The committed rules fail those slower cases: the
+    oversized-updates alert, for one, needs 4 changes of its gauge in its last 10 minutes, 2 steps at that pace."""
+    _build(tmp_path / "built", "--step-seconds", "300")
+    committed = {r["alert"]: r for r in yaml.safe_load((DASHBOARDS / "alerts.yaml").read_text())["groups"][0]["rules"]}
+    built = {r["alert"]: r for r in
+             yaml.safe_load((tmp_path / "built" / "alerts.yaml").read_text())["groups"][0]["rules"]}
+    assert built.keys() == committed.keys()
+    precursors = {r.name for r in a.precursor_rules()}
+    assert len(precursors) == 8
+    for name, r in built.items():
+        if name not in precursors:
+            assert r == committed[name], name
+            continue
+        want = {"1m": "150s", "10m": "25m"}[committed[name]["for"]]
+        assert r["for"] == want, name
+        assert "[25m]" in r["expr"] and "[10m]" not in r["expr"] and "[1h]" not in r["expr"], name
+        if "offset" in committed[name]["expr"]:
+            assert "[150m] offset 25m" in r["expr"], name
+    out = _promtool_precursors(tmp_path / "built", tmp_path / "built", tmp_path / "scaled")
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+    out = _promtool_precursors(tmp_path / "built", DASHBOARDS, tmp_path / "committed")  # same cases, committed rules
+    assert out.returncode != 0 and "RlobsPrecursorOversizedUpdates" in out.stdout + out.stderr, out.stdout
+
+
+def test_precursor_alerts_built_for_a_faster_step_pass_their_own_promtool_cases(tmp_path):
+    _build(tmp_path / "built", "--step-seconds", "30")  # 10 min -> 150 s (5 steps of 30 s), 1 h -> 15m, 1m -> 15 s
+    rules = {r["alert"]: r for r in
+             yaml.safe_load((tmp_path / "built" / "alerts.yaml").read_text())["groups"][0]["rules"]}
+    assert rules["RlobsPrecursorGradNormDrift"]["for"] == "15s"
+    assert "[150s]" in rules["RlobsPrecursorGradNormDrift"]["expr"]
+    out = _promtool_precursors(tmp_path / "built", tmp_path / "built", tmp_path / "scaled")
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def test_a_step_time_out_of_range_is_refused_and_an_odd_one_rounded(tmp_path):
+    from typer.testing import CliRunner
+
+    from rlobs import exitcodes
+    from rlobs.cli import app
+
+    res = CliRunner().invoke(app, ["dashboards", "build", "--out", str(tmp_path), "--step-seconds", "0"])
+    assert res.exit_code == exitcodes.USAGE and "--step-seconds" in res.output
+    assert not (tmp_path / "alerts.yaml").exists()
+    # an odd step time is built for the nearest whole even seconds (every scaled window and case minute whole)
+    res = CliRunner().invoke(app, ["dashboards", "build", "--out", str(tmp_path), "--step-seconds", "301"])
+    assert res.exit_code == 0 and "built for 300 s a step" in res.output
+    assert "optimiser steps of 300 s" in (tmp_path / "alerts.yaml").read_text()
+
+
 def test_alert_queries_name_only_catalogue_metrics():
     for r in a.RULES:
         names = s.metric_names(r.expr)
