@@ -276,17 +276,29 @@ dashboards_app = typer.Typer(cls=_Group, add_completion=False, no_args_is_help=T
 app.add_typer(dashboards_app, name="dashboards")
 
 
-def _check_step_seconds(step_seconds: float) -> int:
-    """``--step-seconds`` as the precursor rules are built for it (whole even seconds), or a usage error."""
-    from rlobs.dashboards.alerts import rules_step_seconds
+def _step_seconds(step_seconds: float | None, measured_from: Path | None) -> int:
+    """The step time the precursor alerts are built for: ``--step-seconds``, or the one measured in
+    ``--step-seconds-from``'s record, in whole even seconds (default: the committed 120); or a usage error."""
+    from rlobs.dashboards.alerts import PRECURSOR_STEP_SECONDS, rules_step_seconds
+    from rlobs.dashboards.pace import PaceError, measured_step_seconds
 
+    if step_seconds is not None and measured_from is not None:
+        raise fail("give --step-seconds or --step-seconds-from, not both", exitcodes.USAGE)
+    if measured_from is not None:
+        try:
+            step_seconds = measured_step_seconds([measured_from])
+        except PaceError as exc:
+            raise fail(f"--step-seconds-from: {exc}", exitcodes.INPUT) from None
+        err_console.print(f"{measured_from}: a median of {step_seconds:.1f} s between optimiser steps", soft_wrap=True)
+    if step_seconds is None:
+        return PRECURSOR_STEP_SECONDS
     try:
         built = rules_step_seconds(step_seconds)
     except ValueError as exc:
-        raise fail(f"--step-seconds: {exc}", exitcodes.USAGE) from None
+        raise fail(f"--step-seconds-from {measured_from}: {exc}" if measured_from is not None
+                   else f"--step-seconds: {exc}", exitcodes.USAGE) from None
     if built != step_seconds:
-        err_console.print(f"--step-seconds {step_seconds:g}: the precursor alerts are built for {built} s a step "
-                          "(whole even seconds)")
+        err_console.print(f"the precursor alerts are built for {built} s a step (whole even seconds)")
     return built
 
 
@@ -298,15 +310,19 @@ def dashboards_build(out: Path = typer.Option(None, "--out", help="output folder
                                                           help="where your team serves runbooks/*.md (alerts' runbook_url = "
                                                                "this + <id>.md; default: rlobs' own runbooks)"),
                      step_seconds: float = typer.Option(
-                         120.0, "--step-seconds",
+                         None, "--step-seconds",
                          help="your run's optimiser step time, seconds: the precursor alerts' windows and `for` "
                               "are scaled to hold the same steps (the committed rules: 120, the last 10 min = 5 "
-                              "steps, the hour before = 30)")
+                              "steps, the hour before = 30)"),
+                     step_seconds_from: Path = typer.Option(
+                         None, "--step-seconds-from",
+                         help="a run record (a previous run of the same settings): its median time between "
+                              "optimiser steps is the step time")
                      ) -> None:
     """Write dashboards/*.json, alerts.yaml, alerts_test.yaml and provisioning/ (or check them)."""
     from rlobs.dashboards.build import build, default_out_dir
 
-    step_seconds = _check_step_seconds(step_seconds)
+    step_seconds = _step_seconds(step_seconds, step_seconds_from)
     target = out or default_out_dir()
     result = build(target, check=check, runbook_base=runbook_base_url, step_seconds=step_seconds)
     # soft_wrap: paths print whole (one folded mid-name at the console's width cannot be copied)
@@ -333,9 +349,12 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
             rules: Path = typer.Option(None, "--rules", help="alert rules file (default: the generated rules)"),
             runbook_base_url: str = typer.Option(None, "--runbook-base-url", envvar="RLOBS_RUNBOOK_BASE_URL",
                                                  help="base of the generated rules' runbook_url (see dashboards build)"),
-            step_seconds: float = typer.Option(120.0, "--step-seconds",
+            step_seconds: float = typer.Option(None, "--step-seconds",
                                                help="the runs' optimiser step time, seconds: the generated precursor "
-                                                    "alerts' windows hold the same steps (see dashboards build; not with --rules)")
+                                                    "alerts' windows hold the same steps (see dashboards build; not with --rules)"),
+            step_seconds_from: Path = typer.Option(None, "--step-seconds-from",
+                                                   help="a run record whose median time between optimiser steps is "
+                                                        "the step time (see dashboards build)")
             ) -> None:
     """Run Debian's Prometheus on 127.0.0.1 over the run(s), with the rlobs alert rules; Ctrl-C stops it.
     Prints targets coming up and going down, alerts pending / firing / resolved and runs ending."""
@@ -346,7 +365,7 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
         raise fail(f"no such run directory: {', '.join(missing)} (start the run first, or create the folder "
                    "it will write to)", exitcodes.INPUT)
 
-    step_seconds = _check_step_seconds(step_seconds)
+    step_seconds = _step_seconds(step_seconds, step_seconds_from)
     try:
         code = serve_forever(run_dirs, port=port, scrape_interval=scrape_interval, rules_file=rules,
                              runbook_base=runbook_base_url, step_seconds=step_seconds,
