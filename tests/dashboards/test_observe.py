@@ -50,6 +50,18 @@ def test_local_prometheus_binds_localhost_loads_rules_and_cleans_up(tmp_path):
     assert prom.proc is None and not workdir.exists()
 
 
+def test_local_prometheus_loads_the_precursor_alerts_built_for_the_step_time(tmp_path):
+    """`rlobs observe --step-seconds 300`: the Prometheus it starts evaluates the precursor alerts over 25 minutes
+    (5 steps of 5 minutes), with `for` 150 s; the other alerts as committed."""
+    need("prometheus")
+    with LocalPrometheus([tmp_path / "run"], port=0, step_seconds=300) as prom:
+        rules = {r["name"]: r for r in prom.api("rules")["groups"][0]["rules"]}
+    assert rules["RlobsPrecursorOversizedUpdates"]["duration"] == 150
+    assert "[25m]" in rules["RlobsPrecursorOversizedUpdates"]["query"]
+    assert "[10m]" not in rules["RlobsPrecursorOversizedUpdates"]["query"]
+    assert rules["RlobsProcessDown"]["duration"] == 30
+
+
 def test_missing_binary_is_a_clear_error(tmp_path):
     with pytest.raises(PrometheusError, match="not found"):
         LocalPrometheus([tmp_path], port=0, binary=str(tmp_path / "no-prometheus")).start()
