@@ -583,10 +583,11 @@ RUN34_PACES = (30, 300, 600)
 # warned before the drop, twice, 0 healthy runs paged while stepping): at 300 s the committed rules warned 10 of 15
 # (lr-too-high 0 of 3, warm-up 1 of 3 and that by the reward-hacking alert) and paged 2 of 9 healthy runs
 # (reward hacking); at 600 s 6 of 15 (lr, warm-up and KL 0 of 3 each), 4 of 9 healthy paged; at 30 s 11 of 15, no
-# healthy page, the live alert 7-12 steps behind the doctor on the lr classes (3 at most at 120 s). The bar is met:
+# healthy page, the live alert 7-12 steps behind the doctor on the lr and warm-up runs (2 at most at 120 s). The bar is met:
 # `rlobs dashboards build --step-seconds` lands (the committed alerts.yaml is still built for 120 s). Not registered,
 # run after the score as a check of the identity: rules built for 300 s replayed at 300 s
-# (early_warning_run34_live_300s_built300.md)
+# (early_warning_run34_live_300s_built300.md: 15 of 15, 0 of 9 healthy paged, as at 120 s)
+
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
@@ -854,12 +855,14 @@ def summarise(rows: list[dict], key: str = "drop_step") -> dict:
     return out
 
 
-# Where the doctor stands (5 Dec 2026, evening): every fresh run trained since its precursor rules last changed (ee95cc9,
-# 5 Dec 2026; the twenty-sixth run's registration db95753 came after it), scored by the same judge. No threshold was
-# chosen or checked on any of them; the runs re-replayed as seen (RUN27_SEEN) are left out. The live replays kept
-# the doctor's first warning and the drop of each run (`doctor_first`, `drop_step`); the thirty-first and
-# thirty-second runs were scored live only for no-progress, so their records are judged by `eval`.
-POOL_SEEN = frozenset(RUN27_SEEN)
+# Where the doctor stands (5 Dec 2026, evening): every fresh run trained since its precursor rules last changed
+# (ee95cc9, 02:29 on 5 Dec 2026; the twenty-fifth run's registration a519cd4 came after it), scored by the same judge:
+# the twenty-fifth to thirty-third runs. No threshold was chosen or checked on any of them. The four runs the
+# twenty-seventh re-replayed as seen (RUN27_SEEN) count once, from the run that first scored them (the files are
+# pooled in order; the first that has a run wins). The live replays kept the doctor's first warning and the drop of
+# each run (`doctor_first`, `drop_step`); the thirty-first and thirty-second runs were scored live only for
+# no-progress, so their records are judged by `eval`.
+POOL_SEEN: frozenset[str] = frozenset()
 
 
 def pooled_rows(results: list[Path], seen: frozenset[str] = POOL_SEEN, leg: str = "doctor") -> list[dict]:
