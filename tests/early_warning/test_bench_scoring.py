@@ -274,6 +274,26 @@ def test_the_replay_scales_each_rules_for_as_it_scales_the_windows():
         scaled_for("1m30s")
 
 
+def test_a_replay_at_another_pace_scales_the_committed_rules_or_the_ones_built_for_it(monkeypatch):
+    """`--step-seconds 300`: a replayed second stands for 300 s, so the committed 10 min / 1 h hold 2 and 12 steps
+    (2 s / 12 s) and `for` 10m is 2 s; `--rules-step-seconds 300` replays the rules built for that pace, whose
+    windows hold 5 and 30 steps again: on the replay's clock the same as the committed rules at 120 s."""
+    from bench import early_warning_live as live
+
+    for name in ("SCALE", "REAL_SECONDS_PER_SECOND", "RULES_STEP_SECONDS"):  # set_pace's globals, restored after
+        monkeypatch.setattr(live, name, getattr(live, name))
+    live.set_pace(300)
+    assert live.SCALE == {"recent": "2000ms", "history": "12000ms"} and live.for_seconds("10m") == 2
+    assert live.gate_thresholds().no_progress_floor_seconds == pytest.approx(60 / 300)
+    live.set_pace(300, 300)
+    assert live.SCALE == {"recent": "5000ms", "history": "30000ms"}
+    assert (live.for_seconds("10m"), live.for_seconds("1m")) == (5, 1)
+    live.set_pace(30)
+    assert live.SCALE == {"recent": "20000ms", "history": "120000ms"} and live.for_seconds("1m") == 2
+    live.set_pace(120)
+    assert live.SCALE == {"recent": "5000ms", "history": "30000ms"} and live.for_seconds("10m") == 5
+
+
 def test_an_alert_pages_its_scaled_for_after_it_went_pending():
     from datetime import datetime, timezone
 
