@@ -862,10 +862,7 @@ def summarise(rows: list[dict], key: str = "drop_step") -> dict:
 # pooled in order; the first that has a run wins). The live replays kept the doctor's first warning and the drop of
 # each run (`doctor_first`, `drop_step`); the thirty-first and thirty-second runs were scored live only for
 # no-progress, so their records are judged by `eval`.
-POOL_SEEN: frozenset[str] = frozenset()
-
-
-def pooled_rows(results: list[Path], seen: frozenset[str] = POOL_SEEN, leg: str = "doctor") -> list[dict]:
+def pooled_rows(results: list[Path], seen: frozenset[str] = frozenset(), leg: str = "doctor") -> list[dict]:
     """Each run's row in stored results, each run once (the first file that has it), runs in ``seen`` left out.
     ``leg`` "doctor": the doctor's warnings, from `eval` files (``first_warning``) and live replays
     (``doctor_first``); "live": the precursor alerts that went pending while the run stepped (live replays only;
@@ -1104,7 +1101,7 @@ def main() -> None:
     if args.cmd == "pool":  # --out: the pooled results' stem
         sources = [Path(x) for x in args.results.split(",") if x]
         rows = pooled_rows(sources, leg=args.leg)
-        res = {"leg": args.leg, "sources": [x.name for x in sources], "seen": sorted(POOL_SEEN), "runs": rows,
+        res = {"leg": args.leg, "sources": [x.name for x in sources], "seen": [], "runs": rows,
                "summary": summarise(rows)}
         Path(args.out + ".json").write_text(json.dumps(res, indent=1))
         Path(args.out + ".md").write_text(pool_markdown(res))

@@ -872,9 +872,11 @@ def rules_document(base: str | None = None, step_seconds: float = PRECURSOR_STEP
 
 def _built_for(step_seconds: float) -> str:
     step_seconds = rules_step_seconds(step_seconds)
-    return ("" if step_seconds == PRECURSOR_STEP_SECONDS else
-            f"# The precursor alerts are built for optimiser steps of {step_seconds:g} s (--step-seconds): their "
-            f"windows {precursor_windows(step_seconds)['recent']} and {precursor_windows(step_seconds)['history']}.\n")
+    if step_seconds == PRECURSOR_STEP_SECONDS:
+        return ""
+    w = precursor_windows(step_seconds)
+    return (f"# The precursor alerts are built for optimiser steps of {step_seconds:g} s (--step-seconds): their "
+            f"windows {w['recent']} and {w['history']}.\n")
 
 
 def rules_yaml(base: str | None = None, step_seconds: float = PRECURSOR_STEP_SECONDS) -> str:

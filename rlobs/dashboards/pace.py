@@ -4,6 +4,7 @@ for (``rlobs.dashboards.alerts.precursor_rules(step_seconds=...)``)."""
 from __future__ import annotations
 
 import os
+import statistics
 from collections.abc import Sequence
 
 
@@ -38,6 +39,4 @@ def measured_step_seconds(run_dirs: Sequence[str | os.PathLike[str]]) -> float:
     if not gaps:
         raise PaceError(f"no two optimiser steps of one process in {', '.join(map(str, run_dirs))}: give "
                         "--step-seconds instead")
-    gaps.sort()
-    mid = len(gaps) // 2
-    return gaps[mid] if len(gaps) % 2 else (gaps[mid - 1] + gaps[mid]) / 2
+    return statistics.median(gaps)
