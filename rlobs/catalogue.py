@@ -352,6 +352,23 @@ METRICS: tuple[MetricSpec, ...] = (
        "How far the last optimiser step moved the policy: KL(before || after) per token on the step's re-scored "
        "samples (k3; weighted by p_before / p_behaviour when an older policy sampled them).", (),
        S("train_step", "set", "policy_kl", finite_only=True, absent_until_set=True)),
+    # --- the doctor's verdict, live (rlobs.doctor.exporter: `rlobs doctor RUN --follow --metrics-port N`, component
+    # "doctor"; not fed by events: the exporter sets them from each evaluation of the growing record) ---
+    _m("rlobs_doctor_finding", "gauge", "1",
+       "1 for each finding of the doctor's last evaluation of the run (rule id, severity); a finding that no longer "
+       "holds has no series.", ("rule", "severity")),
+    _m("rlobs_doctor_finding_first_step", "gauge", "1",
+       "The optimiser step at which each current finding of the doctor first held (its onset).", ("rule", "severity")),
+    _m("rlobs_doctor_judged_steps", "gauge", "1",
+       "The last optimiser step in the record when the doctor last judged it (compare with the trainer's "
+       "rlobs_train_steps_total: how far behind the verdict is).", ()),
+    _m("rlobs_doctor_last_evaluation_timestamp_seconds", "gauge", "timestamp_seconds",
+       "Unix time the doctor's last successful evaluation of the run ended.", ()),
+    _m("rlobs_doctor_evaluation_seconds", "gauge", "seconds",
+       "Wall time of the doctor's last evaluation of the run (reading the record and every rule).", ()),
+    _m("rlobs_doctor_evaluations_total", "counter", "1",
+       "Evaluations of the growing record by the doctor, by outcome (ok; error: the record could not be read, the "
+       "last verdict is kept).", ("outcome",), zero=(("ok",), ("error",))),
 )
 
 CATALOGUE: Mapping[str, MetricSpec] = {m.name: m for m in METRICS}

@@ -194,6 +194,12 @@ def doctor(run: Path = typer.Argument(None, help="run directory"),
            follow: bool = typer.Option(False, "--follow", help="re-evaluate a run that is still being written"),
            interval: float = typer.Option(5.0, "--interval", help="seconds between --follow evaluations"),
            max_iterations: int = typer.Option(0, "--max-iterations", help="stop --follow after N evaluations (0: until the run ends)"),
+           metrics_port: int = typer.Option(None, "--metrics-port",
+                                            help="with --follow: serve each evaluation's findings on /metrics at this "
+                                                 "port (0: a free one) and register the target in the run's "
+                                                 "prometheus_sd, for the RlobsDoctorPrecursor alert"),
+           metrics_addr: str = typer.Option(None, "--metrics-addr", envvar="RLOBS_METRICS_ADDR",
+                                            help="address --metrics-port binds (default 127.0.0.1)"),
            verbose: bool = typer.Option(False, "--verbose", "-v", help="also list rules with insufficient data"),
            runbook_base_url: str = typer.Option(None, "--runbook-base-url", envvar="RLOBS_RUNBOOK_BASE_URL",
                                                 help="link runbooks at <URL>/<rule>.md (default: the installed "
@@ -220,21 +226,29 @@ def doctor(run: Path = typer.Argument(None, help="run directory"),
         unknown = [r for r in (rule or []) if r not in rules]
         if unknown:
             raise ValueError(f"unknown rule(s) {unknown}; valid: {', '.join(rules)}")
+        if metrics_port is not None and not follow:
+            raise ValueError("--metrics-port serves the findings of a run as it grows: give --follow too")
+        if metrics_port is not None and not 0 <= metrics_port <= 65535:
+            raise ValueError(f"--metrics-port {metrics_port}: give a port, 0 to 65535 (0: a free one)")
     except ValueError as exc:
         raise fail(exc, exitcodes.USAGE) from None
+    exporter = None
 
     def evaluate() -> Any:
         record = _open(run)
         try:
             quiet = as_json or markdown or not err_console.is_terminal
             if quiet:
-                return diagnose(record, rule_ids=rule or None, since_step=since_step, thresholds=overrides), record
-            from rich.progress import Progress
+                report = diagnose(record, rule_ids=rule or None, since_step=since_step, thresholds=overrides)
+            else:
+                from rich.progress import Progress
 
-            with Progress(transient=True, console=err_console) as progress:
-                task = progress.add_task("diagnosing", total=len(rule or rules))
-                report = diagnose(record, rule_ids=rule or None, since_step=since_step, thresholds=overrides,
-                                  on_rule=lambda rid: progress.update(task, advance=1, description=rid))
+                with Progress(transient=True, console=err_console) as progress:
+                    task = progress.add_task("diagnosing", total=len(rule or rules))
+                    report = diagnose(record, rule_ids=rule or None, since_step=since_step, thresholds=overrides,
+                                      on_rule=lambda rid: progress.update(task, advance=1, description=rid))
+            if exporter is not None:
+                exporter.update(report, record)
             return report, record
         finally:
             record.close()
@@ -250,6 +264,28 @@ def doctor(run: Path = typer.Argument(None, help="run directory"),
         else:
             print_report(report, console, verbose=verbose)
 
+    if metrics_port is not None:
+        from rlobs.doctor.exporter import DoctorExporter
+
+        first = _open(run)
+        run_id = first.run_id
+        first.close()
+        try:
+            exporter = DoctorExporter(run, run_id, port=metrics_port, addr=metrics_addr)
+        except OSError as exc:
+            raise fail(f"--metrics-port {metrics_port}: cannot serve on {metrics_addr or '127.0.0.1'}: {exc}",
+                       exitcodes.USAGE) from None
+        err_console.print(f"serving the doctor's findings on {exporter.url}", soft_wrap=True)
+    try:
+        _follow_loop(evaluate, emit, follow, interval, max_iterations)
+    finally:
+        if exporter is not None:
+            exporter.close()
+
+
+def _follow_loop(evaluate: Any, emit: Any, follow: bool, interval: float, max_iterations: int) -> None:
+    """``rlobs doctor``'s evaluation, once or (``--follow``) every ``interval`` s until the run ends; exits with the
+    last report's code."""
     report, record = evaluate()
     emit(report)
     if follow:

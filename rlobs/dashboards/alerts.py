@@ -125,6 +125,7 @@ class PromtoolCase:
     component: str = "trainer"
     query_text: str = ""  # how a {{ with query ... }} block of the description renders at the firing time
     up: bool = True  # feed `up == 1` for the case's target (gated rules stop once it goes stale)
+    up_component: str = ""  # the target whose `up` gates the rule, when not the case's component (the doctor's alert)
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,6 +241,8 @@ def _step_interval() -> str:
 _SUSPECT = ('{{ with query (printf "(max by (component) (up{run=\\"%s\\"} == 0)) or (bottomk(1, max by (component) '
             '(max_over_time(' + _HB + '{run=\\"%s\\"}[15m]))) unless on () (count(up{run=\\"%s\\"} == 0) > 0))" '
             '$labels.run $labels.run $labels.run) }}{{ . | first | label "component" }}{{ end }}')
+_DOCTOR_ONSET = ('{{ with query (printf "min(rlobs_doctor_finding_first_step{run=\\"%s\\",rule=\\"%s\\"})" '
+                 '$labels.run $labels.rule) }}{{ . | first | value }}{{ end }}')
 _LAST_PHASE = ('{{ with query (printf "topk(1, ' + _HB + '{run=\\"%s\\",component=\\"%s\\",rank=\\"%s\\"})" '
                '$labels.run $labels.component $labels.rank) }}{{ . | first | label "phase" }}{{ end }}')
 
@@ -550,6 +553,25 @@ RULES: tuple[AlertRule, ...] = (
         "an incomplete run.",
         PromtoolCase((("rlobs_telemetry_dropped_total", {"reason": "queue_full", "sink": "runstore"}, "_x6 7x13"),),
                      "7", labels={"reason": "queue_full"}, not_yet_min=7, firing_min=8)),
+    # the doctor's own precursor findings, served by `rlobs doctor RUN --follow --metrics-port N`
+    # (rlobs.doctor.exporter): the doctor counts steps, so this alert needs no step time, and it is the doctor (no
+    # PromQL re-derivation). It holds while a process of the run other than the doctor is up: a run that ended
+    # cleanly (its targets gone) pages nobody, and the doctor's target lingers until its next evaluation sees the end
+    AlertRule(
+        "doctor-precursor", "warning",
+        f"({agg('max', series('rlobs_doctor_finding', ALERT, rule=('=~', 'precursor-.*')), (*GROUP, 'rule'))} > 0)"
+        f" and on ({GROUP[0]}) ({agg('max', up(ALERT, component=('!=', 'doctor')), (GROUP[0],))} == 1)", "0m",
+        "Early warning from the doctor: {{ $labels.rule }} ({{ $labels.run }})",
+        "`rlobs doctor --follow`, judging run {{ $labels.run }} as its record grows, reports {{ $labels.rule }} "
+        "since step " + _DOCTOR_ONSET + ": a precursor of a collapse (the rule's runbook "
+        "runbooks/{{ $labels.rule }}.md names the coming failure, the expected steps to impact and the action). "
+        "The doctor counts optimiser steps, so this alert holds at any step time; run `rlobs doctor RUN` for the "
+        "finding's evidence.",
+        PromtoolCase((("rlobs_doctor_finding", {"rule": "precursor-kl-creep", "severity": "warning"}, _BORN),
+                      ("rlobs_doctor_finding_first_step", {"rule": "precursor-kl-creep", "severity": "warning"},
+                       "_x6 17x13")),
+                     "1", labels={"rule": "precursor-kl-creep"}, not_yet_min=5, firing_min=6, component="doctor",
+                     query_text="17", up_component="trainer")),
 )
 
 
@@ -903,7 +925,8 @@ def _case_test(r: AlertRule, runbook_base: str | None = None) -> dict[str, objec
 
     input_series = [{"series": sel(name, {**base, **extra}), "values": values} for name, extra, values in c.series]
     if gated:
-        input_series.append({"series": sel("up", base), "values": f"1x{c.firing_min} stale"})
+        input_series.append({"series": sel("up", {**base, "component": c.up_component or base["component"]}),
+                             "values": f"1x{c.firing_min} stale"})
     alert_labels = {**r.labels, "run": base["run"], "component": base["component"], **c.labels}
     annotations = {k: _render(v, alert_labels, c.value_text, c.query_text)
                    for k, v in r.annotations(runbook_base).items()}

@@ -135,7 +135,8 @@ def explorer() -> Board:
         unit, query = _explorer_query(spec)
         what = {"histogram": "p95 of", "counter": "rate of", "gauge": "max of"}[spec.type]
         panel = ts(spec.name, unit, f"{what} {spec.name}: {spec.help}", query, width=8, height=7)
-        rows.setdefault(spec.source.kind if spec.source else "recorder", []).append(panel)
+        row = spec.source.kind if spec.source else "doctor" if spec.name.startswith("rlobs_doctor_") else "recorder"
+        rows.setdefault(row, []).append(panel)
     return Board("rlobs-explorer", "rlobs / Metric explorer",
                  "Every metric of the rlobs catalogue, one panel each, grouped by the event kind that feeds it.",
                  tuple(Row(kind, tuple(panels)) for kind, panels in rows.items()))

@@ -38,6 +38,24 @@ def overview() -> Board:
              "Latest policy version in the trainer and the latest version whose weight sync finished end to end.",
              q(s.gauge("rlobs_policy_version", D), "trainer"), q(s.gauge("rlobs_weight_sync_version", D), "served")),
     ))
+    doctor = Row("The doctor, live (rlobs doctor RUN --follow --metrics-port N)", (
+        m.Panel("Doctor findings (onset step)", "table", m.COUNT,
+                (q(s.gauge("rlobs_doctor_finding_first_step", D, "max", ("run", "rule", "severity")),
+                   format="table", instant=True),),
+                "Every finding of the doctor's last evaluation of each run that `rlobs doctor RUN --follow "
+                "--metrics-port N` watches, with the step it first held; precursor-* rows page as "
+                "RlobsDoctorPrecursor. Click the rule for its runbook.", width=12, height=6,
+                links=(("rule", "{runbook_base}${__value.raw}.md"),)),
+        ts("Doctor: last judged step vs the trainer's steps", m.COUNT,
+           "The record's last optimiser step at the doctor's last evaluation, against the trainer's step count: the "
+           "gap is how far behind the live verdict is (one --interval plus the evaluation's time).",
+           q(s.gauge("rlobs_doctor_judged_steps", D, "max", ("run",)), "judged {{run}}"),
+           q(s.gauge("rlobs_train_steps_total", D, "max", ("run",)), "trainer {{run}}"), width=6, height=6),
+        ts("Doctor: evaluation time", m.SECONDS,
+           "Wall time of the doctor's last evaluation of each run (reading the record, every rule); the alert "
+           "lags a step by at most this plus --interval.",
+           q(s.gauge("rlobs_doctor_evaluation_seconds", D, "max", ("run",)), "{{run}}"), width=6, height=6),
+    ))
     processes = Row("Processes and run state", (
         m.Panel("Processes up (per target)", "table", m.NUMBER,
                 (q(s.agg("max", s.up(D), ("run", "component", "rank", "instance")), format="table", instant=True),),
@@ -105,7 +123,7 @@ def overview() -> Board:
     ))
     return Board("rlobs-overview", "rlobs / On-call overview",
                  "Health of every probe family at a glance, current alerts and run progress.",
-                 (findings, processes, families, trends))
+                 (findings, doctor, processes, families, trends))
 
 
 def weight_sync() -> Board:

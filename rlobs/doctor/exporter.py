@@ -1,0 +1,195 @@
+"""The doctor's verdict on a growing run, served to Prometheus: ``rlobs doctor RUN --follow --metrics-port N``.
+
+The precursor alerts of ``dashboards/alerts.yaml`` re-derive the doctor's precursor rules in PromQL over time windows,
+built for one step time (``rlobs dashboards build --step-seconds``): at another pace they lose collapses and page
+healthy runs, and even at theirs they are not the doctor (the early-warning bench: the live staleness alert 1-2 steps
+behind, one healthy page the doctor never gave). This exporter serves the doctor's own findings instead: each
+``--follow`` evaluation of the record sets, for the run (component ``doctor``):
+
+- ``rlobs_doctor_finding{rule, severity}`` 1 per current finding (a finding that stops holding loses its series),
+  and ``rlobs_doctor_finding_first_step`` its onset step;
+- ``rlobs_doctor_judged_steps``: the record's last optimiser step at that evaluation;
+- ``rlobs_doctor_last_evaluation_timestamp_seconds``, ``rlobs_doctor_evaluation_seconds`` and
+  ``rlobs_doctor_evaluations_total{outcome}`` (ok / error: a record that could not be read keeps the last verdict).
+
+The alert ``RlobsDoctorPrecursor`` fires on a ``precursor-*`` finding while a process of the run other than the
+doctor is up: it counts steps as the doctor does, so it needs no step time. The endpoint binds 127.0.0.1 unless told
+otherwise and writes the run's ``prometheus_sd`` target file (``rlobs.sinks.targets``), so ``rlobs observe`` scrapes
+it with the run's other processes; the file goes at a clean close. The exporter only reads the record.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from prometheus_client import start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from rlobs.catalogue import CATALOGUE, IMPLICIT_LABELS
+from rlobs.events import WriterInfo
+
+log = logging.getLogger("rlobs.doctor.exporter")
+
+COMPONENT = "doctor"
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What one evaluation of the record found: ``(rule, severity, first_step)`` per finding."""
+
+    findings: tuple[tuple[str, str, int | None], ...]
+    judged_step: int | None
+    ended_at: float  # unix time
+    seconds: float
+
+    @classmethod
+    def of(cls, report: Any, judged_step: int | None, seconds: float, ended_at: float | None = None) -> "Verdict":
+        return cls(tuple((f.rule, str(f.severity), f.first_step) for f in report.findings), judged_step,
+                     time.time() if ended_at is None else ended_at, seconds)
+
+
+def judged_step(record: Any) -> int | None:
+    """The record's last optimiser step (``train_step`` events), or None before its first."""
+    if not record.counts().get("train_step"):
+        return None
+    rows = record.sql("select max(step) from train_step").fetchall()
+    return None if not rows or rows[0][0] is None else int(rows[0][0])
+
+
+class _VerdictCollector(Collector):
+    """The last verdict as the catalogue's ``rlobs_doctor_*`` series, built at scrape time."""
+
+    def __init__(self, run_id: str):
+        self.run_id = run_id
+        self._lock = threading.Lock()
+        self._verdict: Verdict | None = None
+        self._outcomes = {"ok": 0, "error": 0}
+
+    def update(self, verdict: Verdict) -> None:
+        with self._lock:
+            self._verdict = verdict
+            self._outcomes["ok"] += 1
+
+    def failed(self) -> None:
+        with self._lock:
+            self._outcomes["error"] += 1
+
+    def collect(self) -> Iterable[Any]:
+        with self._lock:
+            v, outcomes = self._verdict, dict(self._outcomes)
+        base = [self.run_id, COMPONENT]
+
+        def family(name: str) -> GaugeMetricFamily:
+            spec = CATALOGUE[name]
+            return GaugeMetricFamily(name, spec.help, labels=list(IMPLICIT_LABELS + spec.labels))
+
+        found, onset = family("rlobs_doctor_finding"), family("rlobs_doctor_finding_first_step")
+        judged, last = family("rlobs_doctor_judged_steps"), family("rlobs_doctor_last_evaluation_timestamp_seconds")
+        took = family("rlobs_doctor_evaluation_seconds")
+        if v is not None:
+            for rule, severity, first in v.findings:
+                found.add_metric([*base, rule, severity], 1)
+                if first is not None:
+                    onset.add_metric([*base, rule, severity], first)
+            if v.judged_step is not None:
+                judged.add_metric(base, v.judged_step)
+            last.add_metric(base, v.ended_at)
+            took.add_metric(base, v.seconds)
+        spec = CATALOGUE["rlobs_doctor_evaluations_total"]
+        evals = CounterMetricFamily(spec.name.removesuffix("_total"), spec.help,
+                                    labels=list(IMPLICIT_LABELS + spec.labels))
+        for outcome, n in outcomes.items():
+            evals.add_metric([*base, outcome], n)
+        yield from (found, onset, judged, last, took, evals)
+
+
+class DoctorExporter:
+    """Serves the doctor's last verdict on one run at ``/metrics`` (``addr``: 127.0.0.1 unless told otherwise,
+    ``RLOBS_METRICS_ADDR``; ``port`` 0: a free one) and registers it in ``run_dir/prometheus_sd`` (``register``; a
+    read-only record is served without a target file, with a warning). Feed it with ``update(report, record)`` after
+    each evaluation, ``failed()`` when one could not be made; ``close()`` removes the target file."""
+
+    linger_s = 6.0  # answer scrapes this long after the target file is gone (Prometheus drops a target ~5 s later)
+
+    def __init__(self, run_dir: Path, run_id: str, *, port: int = 0, addr: str | None = None, register: bool = True):
+        from rlobs.sinks.targets import TargetFile
+
+        self.run_dir = Path(run_dir)
+        self.collector = _VerdictCollector(run_id)
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(self.collector)
+        addr = addr if addr is not None else os.environ.get("RLOBS_METRICS_ADDR", "127.0.0.1")
+        self.server, _thread = start_http_server(port, addr=addr, registry=self.registry)
+        host = addr if addr not in ("", "0.0.0.0", "::") else socket.gethostname()
+        self.target = f"{host}:{self.server.server_port}"
+        self.url = f"http://{self.target}/metrics"
+        self._sd_file: Any = None
+        if register:
+            info = WriterInfo(run_id=run_id, process=f"doctor-{uuid.uuid4().hex[:12]}", component=COMPONENT, rank=0)
+            try:
+                self._sd_file = TargetFile(self.run_dir, info, self.target)
+            except OSError as exc:  # a record on read-only storage: serve, but Prometheus must be told the target
+                log.warning("rlobs doctor: no target file in %s (%s); scrape %s yourself", self.run_dir, exc, self.url)
+
+    def update(self, report: Any, record: Any, seconds: float | None = None) -> Verdict:
+        verdict = Verdict.of(report, judged_step(record), report.seconds if seconds is None else seconds)
+        self.collector.update(verdict)
+        return verdict
+
+    def failed(self) -> None:
+        self.collector.failed()
+
+    def close(self) -> None:
+        if self._sd_file is not None:
+            self._sd_file.close()
+            self._sd_file = None
+        server, self.server = self.server, None
+        if server is not None:
+            timer = threading.Timer(self.linger_s, _stop, args=(server,))
+            timer.daemon = True
+            timer.start()
+
+    def __enter__(self) -> "DoctorExporter":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+
+def _stop(server: Any) -> None:
+    server.shutdown()
+    server.server_close()
+
+
+def follow_runs(exporters: Sequence[tuple[Path, DoctorExporter]], stop: threading.Event, interval: float = 5.0,
+                rule_ids: Sequence[str] | None = None, thresholds: Any = None) -> None:
+    """Evaluate every run of ``exporters`` (record directory, its exporter) each ``interval`` seconds until
+    ``stop`` is set, updating each exporter: one watcher for several runs (``bench/early_warning_live.py``). A record
+    that cannot be read or judged this time counts an error and keeps its last verdict."""
+    from rlobs.doctor import diagnose
+    from rlobs.store import open_run
+
+    while not stop.is_set():
+        began = time.monotonic()
+        for run_dir, exporter in exporters:
+            if stop.is_set():
+                return
+            t0 = time.perf_counter()
+            try:
+                with open_run(run_dir) as record:
+                    report = diagnose(record, rule_ids=rule_ids, thresholds=thresholds)
+                    exporter.update(report, record, seconds=time.perf_counter() - t0)
+            except Exception as exc:  # a record mid-write or damaged: the next evaluation tries again
+                log.debug("rlobs doctor: %s not judged this time: %s", run_dir, exc)
+                exporter.failed()
+        stop.wait(max(0.0, interval - (time.monotonic() - began)))
