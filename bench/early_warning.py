@@ -589,6 +589,25 @@ RUN34_PACES = (30, 300, 600)
 # (early_warning_run34_live_300s_built300.md: 15 of 15, 0 of 9 healthy paged, as at 120 s)
 
 
+# Thirty-fifth run (6 Dec 2026, a replay, no training; registered here, and the alert committed at 7103409, before
+# any replay of these records with it): RlobsDoctorPrecursor, the doctor's own precursor findings served live
+# (`rlobs doctor RUN --follow --metrics-port N`, rlobs.doctor.exporter) and alerted on by Prometheus, on the 84
+# records of the thirtieth to thirty-third runs (RUN35_RECORDS, in /work/records/ew30..ew33; every one trained after
+# the precursor rules last changed). `bench/early_warning_live.py --doctor --real-timing --period 2 --batch 8`: each
+# run at its own pace (a mean of 2 replay seconds a step, its declared pauses), one watcher judging the batch's 8
+# records with the precursor rules every 0.5 s (~0.1 s an evaluation: a pass well under a step), a real Prometheus
+# scraping every second. The doctor judges the record the replay rebuilds from the run's signals; "the doctor" below
+# is `early_warning.judge` on the original record, step by step. Stated before:
+# (a) per class, the runs warned before the drop while stepping by the alert equal those the doctor warns before it;
+# (b) no healthy run paged while stepping;
+# (c) on 95 %+ of the runs the doctor warns, the alert goes pending within 1 step of the doctor's first warning;
+# (d) on 95 %+ of them it names the doctor's first rule (a tie at that step: either).
+# Met: README recommends the doctor's alert as the live early warning (the PromQL precursor alerts stay, for a
+# Prometheus without the doctor watching). Missed: README says where it falls short and the PromQL alerts stay the
+# recommended live path.
+RUN35_RECORDS = ("ew30", "ew31", "ew32", "ew33")
+
+
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
     keys = ("mode", "lr", "lr_peak", "lr_warmup_steps", "temperature", "kl_coef", "tis_cap", "max_staleness", "grader",

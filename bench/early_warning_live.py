@@ -36,6 +36,8 @@ SCALE = {"recent": "5s", "history": "30s"}
 REAL_SECONDS_PER_SECOND = 120  # the windows' scale: the last 10 min -> 5 s, a replayed step stands for two minutes
 RULES_STEP_SECONDS = 120  # the step time the replayed rules are built for (the committed windows: 120)
 WAIT_S = 30.0  # after the last step: the alerts' windows and `for` catching up
+DOCTOR_INTERVAL = 0.5  # --doctor: seconds between the watcher's passes over the batch's records
+DOCTOR_ALERT = "RlobsDoctorPrecursor"
 
 
 def set_pace(step_seconds: float, rules_step_seconds: float | None = None) -> None:
@@ -101,13 +103,16 @@ def gate_thresholds() -> Any:
 def rules_file(path: Path, gated: bool = False) -> Path:
     """The committed precursor alert rules, their windows and ``for`` scaled (``SCALE``, ``scaled_for``), as a rules
     file; ``gated``: with the stepping gate the thirty-third run tried (not committed; its floors scaled,
-    ``gate_thresholds``)."""
-    from rlobs.dashboards.alerts import precursor_rules
+    ``gate_thresholds``). With them the doctor's alert as committed (``RlobsDoctorPrecursor``: no window, for 0m;
+    it fires only where ``replay(doctor=True)`` runs the doctor's exporter)."""
+    from rlobs.dashboards.alerts import precursor_rules, rule
     from rlobs.dashboards.model import to_yaml
 
     doc = {"groups": [{"name": "rlobs-precursors-scaled", "interval": "1s", "rules": [
         {"alert": r.name, "expr": r.expr, "for": scaled_for(r.for_), "labels": r.labels, "annotations": r.annotations()}
-        for r in precursor_rules(**SCALE, gate=gate_thresholds() if gated else None)]}]}
+        for r in precursor_rules(**SCALE, gate=gate_thresholds() if gated else None)]
+        + [{"alert": r.name, "expr": r.expr, "for": r.for_, "labels": r.labels, "annotations": r.annotations()}
+           for r in (rule("doctor-precursor"),)]}]}
     path.write_text(to_yaml(doc), encoding="utf-8")
     return path
 
@@ -230,7 +235,7 @@ def _feed(rec: Any, run: Mapping[str, Any], plan: list[tuple[float, str, Any]], 
 
 def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
            done: Callable[[dict[str, set[str]]], bool] | None = None, real_timing: bool = False,
-           gated: bool = False, gate: dict[str, dict] | None = None
+           gated: bool = False, gate: dict[str, dict] | None = None, doctor: list | None = None
            ) -> tuple[dict[str, set[str]], dict[tuple[str, str], dict], dict[str, list[float]]]:
     """Replay ``runs`` (name -> {"steps": [...], "correction_cap": ..., "pauses": [...]}) at once into one real
     Prometheus under ``base`` and watch its alerts until every replay has ended and ``done(seen)`` holds, or until the
@@ -239,7 +244,12 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
     ``schedule``; ``gated``: the rules with the stepping gate, ``rules_file``). Returns, per run, the alert names
     that fired; the first firing of each (run, alert), with its ``activeAt``; and the wall time each step was
     emitted. ``gate``, a dict, is filled per run with the wall times its declared pauses ended (``pause_ends``) and
-    those at which the gate's condition (``stalled``, scaled) held, read back every 0.25 s (``stalled``)."""
+    those at which the gate's condition (``stalled``, scaled) held, read back every 0.25 s (``stalled``).
+    ``doctor``, a list: the doctor watches the batch's records as they grow (``rlobs.doctor.exporter``: one exporter
+    per run, its file_sd target beside the recorder's, one watcher thread judging every record with the precursor
+    rules each ``DOCTOR_INTERVAL`` s, as ``rlobs doctor RUN --follow --metrics-port`` does per run), and each of its
+    verdicts is appended as (run name, wall time, last judged step, seconds the evaluation took, precursor rules
+    found)."""
     import rlobs
     from rlobs.dashboards.observe import LocalPrometheus
 
@@ -251,6 +261,9 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
     plans = {name: schedule(run, real_timing) for name, run in runs.items()}
     seen: dict[str, set[str]] = {name: set() for name in runs}
     alerts: dict[tuple[str, str], dict] = {}
+    exporters: dict[str, Any] = {}
+    stop_doctor = threading.Event()
+    watcher: threading.Thread | None = None
     with LocalPrometheus(list(dirs.values()), port=0, scrape_interval="1s",
                          rules_file=rules_file(base / "rules.yaml", gated)) as prom:
         try:
@@ -259,14 +272,27 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
                                         set_global=False, flush_interval=0.2)
                 threads.append(threading.Thread(target=_feed, args=(recs[name], run, plans[name], stop, times[name],
                                                                     ends[name]), daemon=True))
+            if doctor is not None:
+                from rlobs.doctor.exporter import DoctorExporter, follow_runs
+                from rlobs.doctor.rules.precursors import PRECURSOR_IDS
+
+                for name in runs:
+                    exporters[name] = DoctorExporter(dirs[name], f"ew-{name}", port=0)
+                verdicts: list = []
+                watcher = threading.Thread(target=follow_runs, args=([(dirs[n], e) for n, e in exporters.items()],
+                                                                      stop_doctor, DOCTOR_INTERVAL, PRECURSOR_IDS),
+                                           kwargs={"verdicts": verdicts}, daemon=True)
             up_by = time.monotonic() + 60  # file_sd is re-read every 5 s: replay once every target is scraped
-            while time.monotonic() < up_by and len(prom.query('up{run=~"ew-.*"} == 1')) < len(recs):
+            targets = len(recs) + len(exporters)
+            while time.monotonic() < up_by and len(prom.query('up{run=~"ew-.*"} == 1')) < targets:
                 time.sleep(0.5)
-            if len(prom.query('up{run=~"ew-.*"} == 1')) != len(recs):
+            if len(prom.query('up{run=~"ew-.*"} == 1')) != targets:
                 raise RuntimeError(f"Prometheus did not scrape every replayed run within 60 s: {prom.targets()}")
             time.sleep(2.0)  # a first scrape of every target before step 0
             for t in threads:
                 t.start()
+            if watcher is not None:
+                watcher.start()
             began = time.time()
             deadline = time.monotonic() + max(plans[n][-1][0] + pace(r["steps"], real_timing)[-1][0]
                                               for n, r in runs.items()) + WAIT_S
@@ -290,10 +316,19 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
                     gate[name] = {"pause_ends": ends[name], "stalled": at.get(name, [])}
         finally:
             stop.set()
+            stop_doctor.set()
             for t in threads:
                 t.join(timeout=10)
+            if watcher is not None and watcher.is_alive():
+                watcher.join(timeout=60)
+            for e in exporters.values():
+                e.close()
             for r in recs.values():
                 r.close()
+            if watcher is not None:
+                names = {dirs[n]: n for n in runs}
+                doctor += [(names[d], v.ended_at, v.judged_step, round(v.seconds, 3),
+                            sorted(r for r, _, _ in v.findings)) for d, v in verdicts]
     return seen, alerts, times
 
 
@@ -348,7 +383,33 @@ def one_alert(rows: list[dict], alert: str, rule: str, cls: str) -> dict:
             "doctor_warned": doctor_hits, "stray": stray}
 
 
+def doctor_alert(name: str, run: Mapping[str, Any], alerts: Mapping[tuple[str, str], dict], times: list[float],
+                 doctor_first: int | None, verdicts: list) -> dict[str, Any]:
+    """``--doctor``: one run's RlobsDoctorPrecursor against the doctor judging the original record afterwards
+    (``doctor_first``: ``early_warning.judge``'s first warning): the rule it named, the onset step it gave (its
+    description), and how long after the replay emitted the doctor's first-warning step it went pending (seconds of
+    the replay; None where either is missing); and the live verdicts' first step with a precursor finding."""
+    a = alerts.get((name, DOCTOR_ALERT))
+    pos = {int(r["step"]): i for i, r in enumerate(run["steps"])}
+    since = re.search(r"since step (\d+)", a["annotations"].get("description", "")) if a else None
+    latency = (round(_seconds(a["activeAt"]) - times[pos[doctor_first]], 2)
+               if a and doctor_first in pos and pos[doctor_first] < len(times) else None)
+    first_found = next((v[2] for v in verdicts if v[4]), None)
+    return {"rule": a["labels"].get("rule") if a else None, "since_step": int(since[1]) if since else None,
+            "latency_s": latency, "first_verdict_step": first_found}
+
+
+def evaluation_stats(verdicts: list) -> dict[str, Any]:
+    """The watcher's evaluations (``replay``'s ``doctor`` entries): how many, and their seconds."""
+    secs = sorted(v[3] for v in verdicts)
+    if not secs:
+        return {"evaluations": 0}
+    return {"evaluations": len(secs), "median_s": secs[len(secs) // 2],
+            "p95_s": secs[min(len(secs) - 1, int(0.95 * len(secs)))], "max_s": secs[-1]}
+
+
 def main() -> None:
+    global PERIOD
     import tempfile
 
     from bench import early_warning as ew
@@ -372,11 +433,21 @@ def main() -> None:
                          "committed windows, 10 min / 1 h)")
     ap.add_argument("--gated", action="store_true",
                     help="the precursor rules with the stepping gate the thirty-third run tried (not committed)")
+    ap.add_argument("--doctor", action="store_true",
+                    help=f"score {DOCTOR_ALERT} instead: the doctor watches each replayed record as it grows "
+                         "(rlobs.doctor.exporter) and Prometheus alerts on its precursor findings")
+    ap.add_argument("--period", type=float, default=PERIOD,
+                    help="replay seconds per step (the windows scale with it; --doctor: more than one watcher pass "
+                         "over the batch, or the replay itself makes the doctor late)")
     args = ap.parse_args()
+    PERIOD = args.period
     set_pace(args.step_seconds, args.rules_step_seconds or None)
     names = [n for n in args.only.split(",") if n]
     fors = {r.name: r.for_ for r in precursor_rules()}
+    if args.doctor:
+        fors = {DOCTOR_ALERT: "0m"}
     precursors = set(fors)
+    evaluations: list = []
     classes = {e["name"]: e["class"] for e in ew.matrix()}
     rows = []
     for i in range(0, len(names), args.batch):
@@ -385,8 +456,10 @@ def main() -> None:
         with tempfile.TemporaryDirectory(prefix="rlobs-ew-live-") as tmp:
             t0 = time.monotonic()
             gate: dict[str, dict] = {}
+            verdicts: list | None = [] if args.doctor else None
             seen, alerts, times = replay(batch, Path(tmp), real_timing=args.real_timing, gated=args.gated,
-                                         gate=gate)
+                                         gate=gate, doctor=verdicts)
+            evaluations += verdicts or []
             wall = time.monotonic() - t0
         for n, run in batch.items():
             g = gate_report(times[n], gate[n])
@@ -394,7 +467,8 @@ def main() -> None:
             first = {a: run["steps"][max(0, step_at(times[n], alerts[(n, a)]["activeAt"]))]["step"] for a in fired}
             # the step at which it paged (pending + its scaled `for`); the stepping / after split and the scores
             # read the pending step, as they did before rules had a `for` longer than a step
-            paged = {a: run["steps"][max(0, step_at(times[n], alerts[(n, a)]["activeAt"], for_seconds(fors[a])))]["step"]
+            paged = {a: run["steps"][max(0, step_at(times[n], alerts[(n, a)]["activeAt"],
+                                                    0 if a == DOCTOR_ALERT else for_seconds(fors[a])))]["step"]
                      for a in fired}
             after = [a for a in fired if after_last_step(times[n], alerts[(n, a)]["activeAt"])]
             after_s = {a: seconds_after_last_step(times[n], alerts[(n, a)]["activeAt"]) for a in after}
@@ -412,15 +486,21 @@ def main() -> None:
                          "doctor_per_rule": {k: v for k, v in doctor[n]["per_rule"].items() if v is not None},
                          "other_alerts": sorted(seen[n] - precursors),
                          "batch_seconds": round(wall, 1)})
+            if args.doctor:
+                rows[-1]["doctor_alert"] = doctor_alert(n, run, alerts, times[n], doctor[n]["first_warning"],
+                                                        [v for v in verdicts or [] if v[0] == n])
             print(json.dumps(rows[-1]), flush=True)
-    res = {"what": "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
-                   "into a real Prometheus", "runs_root": args.runs, "period_s": PERIOD,
+    res = {"what": (f"{DOCTOR_ALERT}: the doctor's exporter watching real runs' records as they are replayed, "
+                    "alerted on by a real Prometheus" if args.doctor else
+                    "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
+                    "into a real Prometheus"), "runs_root": args.runs, "period_s": PERIOD, "doctor": args.doctor,
            "real_timing": args.real_timing, "gated": args.gated, "scale": SCALE,
            "step_seconds": args.step_seconds, "rules_step_seconds": RULES_STEP_SECONDS,
            "for": {name: scaled_for(f) for name, f in fors.items()},
            "runs": rows, "runs_with_a_precursor_alert": [r["name"] for r in rows if r["fired"]],
            "runs_with_one_while_stepping": [r["name"] for r in rows if set(r["fired"]) - set(r["after_last_step"])],
            "by_class": score(rows), "one_alert": [one_alert(rows, *spec.split(":")) for spec in args.one],
+           "doctor_evaluations": evaluation_stats(evaluations) if args.doctor else None,
            "gate_shut_while_stepping": [r["name"] for r in rows if r["gate_shut_while_stepping"]],
            "pending_over_5s_after_last_progress": [
                {"run": r["name"], "alert": a, "s": x} for r in rows for a, x in r["after_last_progress_s"].items()
@@ -464,6 +544,26 @@ def main() -> None:
                      f"{c['collapsed']} | {c['live_leads'] or '-'} | {c['live_lag'] or '-'} | "
                      f"{len(c['healthy_alerted'])} of {c['healthy']}"
                      + (f" ({', '.join(c['healthy_alerted'])})" if c["healthy_alerted"] else "") + " |")
+    if args.doctor:
+        e = res["doctor_evaluations"]
+        lat = sorted(r["doctor_alert"]["latency_s"] for r in rows if r["doctor_alert"]["latency_s"] is not None)
+        lines += ["", f"**{DOCTOR_ALERT}**: the doctor's exporter re-judged each record every {DOCTOR_INTERVAL:g} s "
+                  f"(one watcher for the batch, the precursor rules), {e['evaluations']} evaluations: median "
+                  f"{e.get('median_s', 0):g} s, p95 {e.get('p95_s', 0):g} s, max {e.get('max_s', 0):g} s. From the "
+                  "replay's emission of the step at which the doctor, judging the original record step by step, first "
+                  "warns, to the alert going pending: "
+                  + (f"median {lat[len(lat) // 2]:g} s, max {lat[-1]:g} s over {len(lat)} runs" if lat else "no run")
+                  + f" (a step: {PERIOD:g} s of the replay).", "",
+                  "| run | class | drop | doctor's first warning (original record) | alert: step, rule | onset it gave | "
+                  "latency (s) |", "|---|---|---|---|---|---|---|"]
+        for r in rows:
+            d = r["doctor_alert"]
+            lines.append(f"| {r['name']} | {r['class']} | {r['drop_step'] if r['drop_step'] is not None else '-'} | "
+                         f"{r['doctor_first'] if r['doctor_first'] is not None else '-'} | "
+                         + (f"{r['first_step'][DOCTOR_ALERT]}, {d['rule']}" if d["rule"] else "none")
+                         + (" (after the last step)" if DOCTOR_ALERT in r["after_last_step"] else "")
+                         + f" | {d['since_step'] if d['since_step'] is not None else '-'} | "
+                         f"{d['latency_s'] if d['latency_s'] is not None else '-'} |")
     for o in res["one_alert"]:
         lines += ["", f"**{o['alert']}** against the doctor's `{o['rule']}`: on the {len(o['class_runs'])} "
                   f"{o['class']} runs it fired while stepping on {len(o['fired_while_stepping'])} (the doctor's rule "

@@ -172,10 +172,12 @@ def _stop(server: Any) -> None:
 
 
 def follow_runs(exporters: Sequence[tuple[Path, DoctorExporter]], stop: threading.Event, interval: float = 5.0,
-                rule_ids: Sequence[str] | None = None, thresholds: Any = None) -> None:
+                rule_ids: Sequence[str] | None = None, thresholds: Any = None,
+                verdicts: list[tuple[Path, Verdict]] | None = None) -> None:
     """Evaluate every run of ``exporters`` (record directory, its exporter) each ``interval`` seconds until
     ``stop`` is set, updating each exporter: one watcher for several runs (``bench/early_warning_live.py``). A record
-    that cannot be read or judged this time counts an error and keeps its last verdict."""
+    that cannot be read or judged this time counts an error and keeps its last verdict. ``verdicts``: each
+    evaluation's verdict appended, with its run."""
     from rlobs.doctor import diagnose
     from rlobs.store import open_run
 
@@ -188,7 +190,9 @@ def follow_runs(exporters: Sequence[tuple[Path, DoctorExporter]], stop: threadin
             try:
                 with open_run(run_dir) as record:
                     report = diagnose(record, rule_ids=rule_ids, thresholds=thresholds)
-                    exporter.update(report, record, seconds=time.perf_counter() - t0)
+                    verdict = exporter.update(report, record, seconds=time.perf_counter() - t0)
+                if verdicts is not None:
+                    verdicts.append((run_dir, verdict))
             except Exception as exc:  # a record mid-write or damaged: the next evaluation tries again
                 log.debug("rlobs doctor: %s not judged this time: %s", run_dir, exc)
                 exporter.failed()
