@@ -606,6 +606,16 @@ RUN34_PACES = (30, 300, 600)
 # Prometheus without the doctor watching). Missed: README says where it falls short and the PromQL alerts stay the
 # recommended live path.
 RUN35_RECORDS = ("ew30", "ew31", "ew32", "ew33")
+# Scored once (bench/results/early_warning_run35_doctor_ew3{0,1,2,3}.md, replayed by 9cc0e19's bench): 84 runs, 49
+# warned by the doctor, 35 healthy. (a) held: per class the alert warned before the drop on exactly the doctor's runs
+# (reward hacking 5 of 5 collapsed, lr too high 6 of 6, warm-up 5 of 7, KL 12 of 12, staleness without IS 14 of 15);
+# (b) held: 0 of 35 healthy runs paged; (d) held: 49 of 49 named the doctor's first rule. (c) missed: 42 of 49 (86 %)
+# within 1 step; 7 runs 2-3 steps behind (staleness-no-is s47, s48, s50, s51, s54, s55, warm-up s122), every one of
+# them 1.3-2.9 s after the replay emitted the doctor's first-warning step (all 49: median 1.79 s, max 2.93 s; an
+# evaluation 0.1 s, a watcher pass over 8 records ~1.3 s, a 1 s scrape and evaluation), in stretches where their
+# steps came 2-4x faster than their run's mean (separate_async runs' early steps; the mean holds their evaluation
+# pauses). Bar missed: the PromQL precursor alerts stay the recommended live path; README says where the doctor's
+# alert falls short (steps shorter than its ~3 s latency)
 
 
 def _flags(run_dir: Path) -> list[str]:
