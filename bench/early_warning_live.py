@@ -245,9 +245,9 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
     that fired; the first firing of each (run, alert), with its ``activeAt``; and the wall time each step was
     emitted. ``gate``, a dict, is filled per run with the wall times its declared pauses ended (``pause_ends``) and
     those at which the gate's condition (``stalled``, scaled) held, read back every 0.25 s (``stalled``).
-    ``doctor``, a list: the doctor watches the batch's records as they grow (``rlobs.doctor.exporter``: one exporter
-    per run, its file_sd target beside the recorder's, one watcher thread judging every record with the precursor
-    rules each ``DOCTOR_INTERVAL`` s, as ``rlobs doctor RUN --follow --metrics-port`` does per run), and each of its
+    ``doctor``, a list: the doctor watches the batch's records as they grow (``rlobs.doctor.exporter.DoctorWatcher``,
+    as ``rlobs observe --doctor`` runs it: one exporter per run, its file_sd target beside the recorder's, one thread
+    judging every record with the precursor rules each ``DOCTOR_INTERVAL`` s), and each of its
     verdicts is appended as (run name, wall time, last judged step, seconds the evaluation took, precursor rules
     found)."""
     import rlobs
@@ -261,9 +261,7 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
     plans = {name: schedule(run, real_timing) for name, run in runs.items()}
     seen: dict[str, set[str]] = {name: set() for name in runs}
     alerts: dict[tuple[str, str], dict] = {}
-    exporters: dict[str, Any] = {}
-    stop_doctor = threading.Event()
-    watcher: threading.Thread | None = None
+    watcher: Any = None
     with LocalPrometheus(list(dirs.values()), port=0, scrape_interval="1s",
                          rules_file=rules_file(base / "rules.yaml", gated)) as prom:
         try:
@@ -273,17 +271,13 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
                 threads.append(threading.Thread(target=_feed, args=(recs[name], run, plans[name], stop, times[name],
                                                                     ends[name]), daemon=True))
             if doctor is not None:
-                from rlobs.doctor.exporter import DoctorExporter, follow_runs
+                from rlobs.doctor.exporter import DoctorWatcher
                 from rlobs.doctor.rules.precursors import PRECURSOR_IDS
 
-                for name in runs:
-                    exporters[name] = DoctorExporter(dirs[name], f"ew-{name}", port=0)
                 verdicts: list = []
-                watcher = threading.Thread(target=follow_runs, args=([(dirs[n], e) for n, e in exporters.items()],
-                                                                      stop_doctor, DOCTOR_INTERVAL, PRECURSOR_IDS),
-                                           kwargs={"verdicts": verdicts}, daemon=True)
+                watcher = DoctorWatcher(list(dirs.values()), DOCTOR_INTERVAL, PRECURSOR_IDS, verdicts=verdicts).start()
             up_by = time.monotonic() + 60  # file_sd is re-read every 5 s: replay once every target is scraped
-            targets = len(recs) + len(exporters)
+            targets = len(recs) * (2 if watcher is not None else 1)  # with the doctor: its exporter per run
             while time.monotonic() < up_by and len(prom.query('up{run=~"ew-.*"} == 1')) < targets:
                 time.sleep(0.5)
             if len(prom.query('up{run=~"ew-.*"} == 1')) != targets:
@@ -291,8 +285,6 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
             time.sleep(2.0)  # a first scrape of every target before step 0
             for t in threads:
                 t.start()
-            if watcher is not None:
-                watcher.start()
             began = time.time()
             deadline = time.monotonic() + max(plans[n][-1][0] + pace(r["steps"], real_timing)[-1][0]
                                               for n, r in runs.items()) + WAIT_S
@@ -316,13 +308,10 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
                     gate[name] = {"pause_ends": ends[name], "stalled": at.get(name, [])}
         finally:
             stop.set()
-            stop_doctor.set()
             for t in threads:
                 t.join(timeout=10)
-            if watcher is not None and watcher.is_alive():
-                watcher.join(timeout=60)
-            for e in exporters.values():
-                e.close()
+            if watcher is not None:
+                watcher.close()
             for r in recs.values():
                 r.close()
             if watcher is not None:

@@ -390,7 +390,14 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
                                                     "alerts' windows hold the same steps (see dashboards build; not with --rules)"),
             step_seconds_from: Path = typer.Option(None, "--step-seconds-from",
                                                    help="a run record whose median time between optimiser steps is "
-                                                        "the step time (see dashboards build)")
+                                                        "the step time (see dashboards build)"),
+            doctor: bool = typer.Option(False, "--doctor",
+                                        help="also run the doctor on each run as it grows and serve its findings to "
+                                             "this Prometheus (RlobsDoctorPrecursor: the early warning at any step "
+                                             "time; rlobs doctor RUN --follow --metrics-port 0 per run does the same)"),
+            doctor_interval: float = typer.Option(10.0, "--doctor-interval",
+                                                  help="with --doctor: seconds between the doctor's evaluations of "
+                                                       "each run")
             ) -> None:
     """Run Debian's Prometheus on 127.0.0.1 over the run(s), with the rlobs alert rules; Ctrl-C stops it.
     Prints targets coming up and going down, alerts pending / firing / resolved and runs ending."""
@@ -402,9 +409,13 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
                    "it will write to)", exitcodes.INPUT)
 
     step_seconds = _step_seconds(step_seconds, step_seconds_from)
+    if doctor and not 0.1 <= doctor_interval <= 3600:
+        raise fail(f"--doctor-interval {doctor_interval:g}: give seconds between evaluations, 0.1 to 3600",
+                   exitcodes.USAGE)
     try:
         code = serve_forever(run_dirs, port=port, scrape_interval=scrape_interval, rules_file=rules,
                              runbook_base=runbook_base_url, step_seconds=step_seconds,
+                             doctor_interval=doctor_interval if doctor else None,
                              echo=lambda line: console.print(line, highlight=False, soft_wrap=True))
     except PrometheusError as exc:
         raise fail(exc, exitcodes.UNAVAILABLE) from None

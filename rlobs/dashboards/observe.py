@@ -233,11 +233,18 @@ class Watch:
 
 def serve_forever(run_dirs: Sequence[str | os.PathLike[str]], port: int = 9090, scrape_interval: str = "2s",
                   rules_file: Path | None = None, echo: Any = print, runbook_base: str | None = None,
-                  step_seconds: float = alerts.PRECURSOR_STEP_SECONDS) -> int:
-    """Run Prometheus until Ctrl-C (or SIGTERM); returns the process exit status to use."""
+                  step_seconds: float = alerts.PRECURSOR_STEP_SECONDS, doctor_interval: float | None = None) -> int:
+    """Run Prometheus until Ctrl-C (or SIGTERM); returns the process exit status to use. ``doctor_interval``: the
+    doctor also judges each run every that many seconds and serves its findings (``rlobs.doctor.exporter``), which
+    this Prometheus scrapes like the run's processes (``RlobsDoctorPrecursor``)."""
     prom = LocalPrometheus(run_dirs, port=port, scrape_interval=scrape_interval, rules_file=rules_file,
                            runbook_base=runbook_base, step_seconds=step_seconds)
     prom.start()
+    watcher = None
+    if doctor_interval is not None:
+        from rlobs.doctor.exporter import DoctorWatcher
+
+        watcher = DoctorWatcher(prom.run_dirs, doctor_interval).start()
     stop = {"now": False}
 
     def _stop(signum: int, frame: object) -> None:
@@ -249,6 +256,9 @@ def serve_forever(run_dirs: Sequence[str | os.PathLike[str]], port: int = 9090, 
     try:
         echo(f"Prometheus on {prom.url}  (targets: {prom.url}/targets, alerts: {prom.url}/alerts)")
         echo(f"scraping {', '.join(str(d) for d in prom.run_dirs)} every {scrape_interval}; Ctrl-C stops it")
+        if watcher is not None:
+            echo(f"the doctor judges each run every {doctor_interval:g} s as it grows and serves its findings "
+                 "(component doctor; RlobsDoctorPrecursor on a precursor finding)")
         watch, next_poll = Watch(prom), 0.0
         while not stop["now"]:
             if prom.proc is None or prom.proc.poll() is not None:
@@ -264,6 +274,8 @@ def serve_forever(run_dirs: Sequence[str | os.PathLike[str]], port: int = 9090, 
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+        if watcher is not None:
+            watcher.close()
         prom.stop()
     echo("Prometheus stopped")
     return 0

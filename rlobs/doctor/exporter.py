@@ -171,29 +171,68 @@ def _stop(server: Any) -> None:
     server.server_close()
 
 
-def follow_runs(exporters: Sequence[tuple[Path, DoctorExporter]], stop: threading.Event, interval: float = 5.0,
-                rule_ids: Sequence[str] | None = None, thresholds: Any = None,
-                verdicts: list[tuple[Path, Verdict]] | None = None) -> None:
-    """Evaluate every run of ``exporters`` (record directory, its exporter) each ``interval`` seconds until
-    ``stop`` is set, updating each exporter: one watcher for several runs (``bench/early_warning_live.py``). A record
-    that cannot be read or judged this time counts an error and keeps its last verdict. ``verdicts``: each
-    evaluation's verdict appended, with its run."""
-    from rlobs.doctor import diagnose
-    from rlobs.store import open_run
+class DoctorWatcher:
+    """The doctor watching several runs at once from one thread (``rlobs observe RUN... --doctor``;
+    ``bench/early_warning_live.py --doctor``): every ``interval`` seconds each run directory is judged (``rule_ids``:
+    these rules only) and its exporter updated. A run's exporter starts once its record can be opened (``rlobs
+    observe`` may start before the run has written anything); a record that cannot be read or judged this time
+    counts an error and keeps its last verdict. ``verdicts``: each evaluation's verdict appended with its run
+    directory. ``close()`` stops the thread and every exporter (their target files go)."""
 
-    while not stop.is_set():
-        began = time.monotonic()
-        for run_dir, exporter in exporters:
-            if stop.is_set():
-                return
-            t0 = time.perf_counter()
-            try:
-                with open_run(run_dir) as record:
-                    report = diagnose(record, rule_ids=rule_ids, thresholds=thresholds)
-                    verdict = exporter.update(report, record, seconds=time.perf_counter() - t0)
-                if verdicts is not None:
-                    verdicts.append((run_dir, verdict))
-            except Exception as exc:  # a record mid-write or damaged: the next evaluation tries again
-                log.debug("rlobs doctor: %s not judged this time: %s", run_dir, exc)
+    def __init__(self, run_dirs: Sequence[Path], interval: float = 5.0, rule_ids: Sequence[str] | None = None,
+                 thresholds: Any = None, *, addr: str | None = None,
+                 verdicts: list[tuple[Path, Verdict]] | None = None):
+        self.run_dirs = [Path(d) for d in run_dirs]
+        self.interval, self.rule_ids, self.thresholds, self.addr = interval, rule_ids, thresholds, addr
+        self.verdicts = verdicts
+        self.exporters: dict[Path, DoctorExporter] = {}
+        self.done: set[Path] = set()  # runs whose every process has ended: judged a last time, their exporter closed
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="rlobs-doctor-watcher", daemon=True)
+
+    def start(self) -> "DoctorWatcher":
+        self._thread.start()
+        return self
+
+    def evaluate(self, run_dir: Path) -> Verdict | None:
+        """Judge one run now and update its exporter (started on its first readable record); None if not judged."""
+        from rlobs.doctor import diagnose
+        from rlobs.store import open_run
+
+        t0 = time.perf_counter()
+        exporter = self.exporters.get(run_dir)
+        try:
+            with open_run(run_dir) as record:
+                if exporter is None:
+                    exporter = self.exporters[run_dir] = DoctorExporter(run_dir, record.run_id, addr=self.addr)
+                report = diagnose(record, rule_ids=self.rule_ids, thresholds=self.thresholds)
+                verdict = exporter.update(report, record, seconds=time.perf_counter() - t0)
+                ended = bool(record.processes) and all(p.status in ("ended", "lost") for p in record.processes)
+        except Exception as exc:  # not written yet, mid-write or damaged: the next evaluation tries again
+            log.debug("rlobs doctor: %s not judged this time: %s", run_dir, exc)
+            if exporter is not None:
                 exporter.failed()
-        stop.wait(max(0.0, interval - (time.monotonic() - began)))
+            return None
+        if self.verdicts is not None:
+            self.verdicts.append((run_dir, verdict))
+        if ended:  # as `rlobs doctor --follow` stops: the run is over, its doctor target goes with its processes'
+            self.done.add(run_dir)
+            exporter.close()
+        return verdict
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            began = time.monotonic()
+            for run_dir in self.run_dirs:
+                if self._stop.is_set():
+                    return
+                if run_dir not in self.done:
+                    self.evaluate(run_dir)
+            self._stop.wait(max(0.0, self.interval - (time.monotonic() - began)))
+
+    def close(self, timeout: float = 60.0) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        for exporter in self.exporters.values():
+            exporter.close()

@@ -28,6 +28,7 @@ import pytest
 from rlobs.catalogue import METRICS, all_exposed_names
 from rlobs.dashboards import selectors as s
 from rlobs.dashboards.alerts import ALERT_IDS, rule, runbook_url
+from rlobs.doctor.exporter import DoctorWatcher
 from rlobs.dashboards.build import boards
 from rlobs.dashboards.observe import LocalPrometheus
 from tests.status_channel import StatusPipe
@@ -45,7 +46,10 @@ NOT_LIVE = {"heartbeat-lost", "process-down", "no-progress", "grader-slow", "tra
             # trainer_ref collapse runs into a real Prometheus (windows scaled) and raises each of them
             "precursor-grad-norm-drift", "precursor-entropy-decline", "precursor-importance-truncation",
             "precursor-kl-creep", "precursor-zero-std-rising", "precursor-uncorrected-off-policy",
-            "precursor-oversized-updates", "precursor-reward-hacking"}
+            "precursor-oversized-updates", "precursor-reward-hacking",
+            # the doctor's own alert needs the doctor watching the run (rlobs observe --doctor):
+            # tests/early_warning/test_doctor_alert.py raises it on a real collapse run's record
+            "doctor-precursor"}
 WAIT_S = 75.0
 PANEL_VARS = {"component": ".*", "__rate_interval": "1m"}
 
@@ -116,10 +120,16 @@ def live(tmp_path_factory):
     base = tmp_path_factory.mktemp("dash-runs")
     with LocalPrometheus([base / "faulty", base / "healthy"], port=0) as prom:
         with drive_synthetic(base) as runs:
-            deadline = time.monotonic() + WAIT_S
-            while not _ready(prom, runs) and time.monotonic() < deadline:
-                time.sleep(1.0)
-            yield prom, runs
+            # the doctor watches both runs as they grow (rlobs observe --doctor): its exporters feed the overview's
+            # doctor row and the explorer's doctor panels, and on the healthy run it must find nothing that pages
+            watcher = DoctorWatcher([runs.faulty_dir, runs.healthy_dir], interval=2.0).start()
+            try:
+                deadline = time.monotonic() + WAIT_S
+                while not _ready(prom, runs) and time.monotonic() < deadline:
+                    time.sleep(1.0)
+                yield prom, runs
+            finally:
+                watcher.close()
     # after a clean stop: the only telemetry drops were the invalid events the faulty run sent on purpose
     faulty, healthy = runs.summaries.get(runs.faulty_run), runs.summaries.get(runs.healthy_run)
     if faulty is not None:
@@ -212,12 +222,14 @@ def test_every_series_prometheus_stores_is_in_the_catalogue(live):
 def test_promtool_check_metrics_is_clean_on_a_real_scrape(live):
     prom, runs = live
     promtool = need("promtool")
-    targets = [t["scrapeUrl"] for t in prom.targets() if t["labels"].get("job") == "rlobs"]
-    assert targets
-    for url in targets:
+    targets = [(t["scrapeUrl"], t["labels"].get("component")) for t in prom.targets()
+               if t["labels"].get("job") == "rlobs"]
+    assert targets and {c for _, c in targets} >= {"trainer", "doctor"}
+    for url, component in targets:
         with urllib.request.urlopen(url, timeout=5) as resp:
             body = resp.read()
-        assert b"rlobs_telemetry_events_total" in body
+        # every recording process exposes its recorder's counters; the doctor's exporter its verdict
+        assert (b"rlobs_doctor_evaluations_total" if component == "doctor" else b"rlobs_telemetry_events_total") in body
         out = subprocess.run([promtool, "check", "metrics"], input=body, capture_output=True, timeout=30)
         assert out.returncode == 0 and not out.stdout.strip() and not out.stderr.strip(), \
             (url, out.stdout.decode(), out.stderr.decode())

@@ -13,10 +13,12 @@ no-alert healthy run, with a synthetic emitter.)
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +28,7 @@ from rlobs.dashboards import selectors as s
 from rlobs.dashboards.alerts import RULES, rule, runbook_url
 from rlobs.dashboards.build import boards
 from rlobs.dashboards.observe import LocalPrometheus
+from rlobs.doctor.exporter import DoctorWatcher
 from tests.status_channel import StatusPipe
 
 from .conftest import REPO, need
@@ -71,12 +74,23 @@ def _wait_scraped(prom: LocalPrometheus, run: str, timeout: float = 120.0) -> No
                          f"{prom.targets()}")
 
 
+@contextlib.contextmanager
+def doctor_watching(run_dirs: list[Path]) -> Iterator[DoctorWatcher]:
+    """The doctor watching the run as it grows, as `rlobs observe --doctor` runs it: its exporter feeds the
+    overview's doctor row and the explorer's doctor panels."""
+    watcher = DoctorWatcher(run_dirs, interval=2.0).start()
+    try:
+        yield watcher
+    finally:
+        watcher.close()
+
+
 @pytest.fixture(scope="module")
 def ref_run(tmp_path_factory):
     need("prometheus")
     run_dir = tmp_path_factory.mktemp("dash-ref") / "faulty"
     run_dir.mkdir()
-    with LocalPrometheus([run_dir], port=0) as prom:
+    with LocalPrometheus([run_dir], port=0) as prom, doctor_watching([run_dir]):
         status = StatusPipe()
         log = run_dir.parent / "driver.log"  # its stdout/stderr: for the reader of a failure, not a protocol
         with open(log, "wb") as log_f:

@@ -137,3 +137,58 @@ def test_metrics_port_needs_follow_and_a_port(tmp_path):
         out = subprocess.run([sys.executable, "-m", "rlobs", "doctor", str(tmp_path / "run"), *args],
                              capture_output=True, text=True, timeout=60)
         assert out.returncode == 64 and says in re.sub(r"\s+", " ", out.stderr), (out.returncode, out.stderr)
+
+
+def test_observe_with_the_doctor_pages_a_run_it_saw_start_and_lets_it_end(tmp_path):
+    """``rlobs observe RUN --doctor``: one command for the doctor's alert. Started before the run has written
+    anything, it judges the record once there is one, prints RlobsDoctorPrecursor firing on the collapse run, and
+    when the trainer ends cleanly the doctor's target goes too, so the run is reported ended."""
+    import os
+    import signal
+
+    need("prometheus")
+    run = tmp_path / "run"
+    run.mkdir()
+    proc = subprocess.Popen([sys.executable, "-m", "rlobs", "observe", str(run), "--port", "0", "--scrape-interval",
+                             "1s", "--doctor", "--doctor-interval", "0.5"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "COLUMNS": "250"})
+    lines: list[str] = []
+    rec = None
+    try:
+        def until(pattern: str, timeout: float) -> bool:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                line = proc.stdout.readline()
+                if not line:
+                    return False
+                lines.append(line)
+                if re.search(pattern, line):
+                    return True
+            return False
+
+        assert until(r"the doctor judges each run every 0\.5 s", 30), lines
+        time.sleep(2.0)  # the watcher finds no record yet: nothing served, nothing judged
+        assert not list((run / "prometheus_sd").glob("doctor-*.json"))
+        r = json.loads(DATA.read_text())["runs"]["staleness-no-is-s0"]
+        rec = rlobs.init(run, component="trainer", rank=0, run_id="obs-doctor", set_global=False, flush_interval=0.2)
+        for row in r["steps"]:
+            emit_step(rec, row, correction_cap=r.get("correction_cap"))
+        assert until(r"alert firing: RlobsDoctorPrecursor .*precursor-uncorrected-off-policy \(obs-doctor\)", 60), lines
+        assert len(list((run / "prometheus_sd").glob("doctor-*.json"))) == 1
+        rec.close()
+        rec = None
+        # in either order: the alert resolves (the trainer's target gone) and the run ends (the doctor's gone too)
+        assert until(r"alert resolved: RlobsDoctorPrecursor \(run obs-doctor\)|run obs-doctor ended", 60), lines
+        assert until(r"alert resolved: RlobsDoctorPrecursor \(run obs-doctor\)|run obs-doctor ended", 60), lines
+        assert any("run obs-doctor ended: no process of it is left" in x for x in lines), lines
+        assert any("alert resolved: RlobsDoctorPrecursor (run obs-doctor)" in x for x in lines), lines
+        assert not list((run / "prometheus_sd").glob("*.json"))
+        proc.send_signal(signal.SIGINT)
+        rest, _ = proc.communicate(timeout=30)
+    finally:
+        if rec is not None:
+            rec.close()
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0 and "Prometheus stopped" in rest, "".join(lines) + rest

@@ -1,0 +1,57 @@
+"""rlobs.doctor.exporter on a real record: what one evaluation serves, and a watcher that starts before the run."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+import rlobs
+from bench.early_warning_live import emit_step
+from rlobs.catalogue import all_exposed_names
+from rlobs.doctor.exporter import DoctorWatcher
+
+DATA = Path(__file__).resolve().parents[1] / "early_warning" / "data" / "collapse_runs.json"
+
+
+def _scrape(url: str) -> dict[str, list]:
+    with urllib.request.urlopen(url, timeout=5) as resp:
+        text = resp.read().decode()
+    return {f.name: f.samples for f in text_string_to_metric_families(text)}
+
+
+def test_a_watcher_started_before_the_record_serves_each_finding_with_its_onset(tmp_path):
+    run = tmp_path / "run"
+    watcher = DoctorWatcher([run], interval=60)  # evaluate() by hand: no thread
+    try:
+        assert watcher.evaluate(run) is None and not watcher.exporters  # no record yet: nothing served
+        r = json.loads(DATA.read_text())["runs"]["kl-blow-up-partial-s0"]
+        rec = rlobs.init(run, component="trainer", rank=0, run_id="exp-kl", set_global=False, flush_interval=0.1)
+        for row in r["steps"]:
+            emit_step(rec, row)
+        rec.flush()
+        verdict = watcher.evaluate(run)
+        assert verdict is not None and verdict.judged_step == 9
+        exporter = watcher.exporters[run]
+        assert exporter.url.startswith("http://127.0.0.1:")
+        (target,) = json.loads(next((run / "prometheus_sd").glob("doctor-*.json")).read_text())
+        assert target["labels"]["component"] == "doctor" and target["labels"]["run"] == "exp-kl"
+        families = _scrape(exporter.url)
+        names = {s.name for samples in families.values() for s in samples}
+        assert names <= all_exposed_names(), names - all_exposed_names()
+        found = {s.labels["rule"]: s.value for s in families["rlobs_doctor_finding"]}
+        onset = {s.labels["rule"]: s.value for s in families["rlobs_doctor_finding_first_step"]}
+        assert found.get("precursor-kl-creep") == 1 and onset["precursor-kl-creep"] == 8
+        assert all(s.labels["run"] == "exp-kl" and s.labels["component"] == "doctor"
+                   for samples in families.values() for s in samples)
+        evals = {s.labels["outcome"]: s.value for s in families["rlobs_doctor_evaluations"]
+                 if s.name == "rlobs_doctor_evaluations_total"}
+        assert evals == {"ok": 1.0, "error": 0.0}
+        assert families["rlobs_doctor_judged_steps"][0].value == 9
+        rec.close()  # the run ends: judged a last time, its exporter closed with its target file
+        assert watcher.evaluate(run) is not None and run in watcher.done
+        assert not list((run / "prometheus_sd").glob("doctor-*.json"))
+    finally:
+        watcher.close()
