@@ -277,28 +277,45 @@ def doctor(run: Path = typer.Argument(None, help="run directory"),
                        exitcodes.USAGE) from None
         err_console.print(f"serving the doctor's findings on {exporter.url}", soft_wrap=True)
     try:
-        _follow_loop(evaluate, emit, follow, interval, max_iterations)
+        _follow_loop(evaluate, emit, follow, interval, max_iterations,
+                     on_miss=exporter.failed if exporter is not None else None)
     finally:
         if exporter is not None:
             exporter.close()
 
 
-def _follow_loop(evaluate: Any, emit: Any, follow: bool, interval: float, max_iterations: int) -> None:
+FOLLOW_MISSES = 10  # --follow: consecutive evaluations that could not read the record before the doctor gives up
+
+
+def _follow_loop(evaluate: Any, emit: Any, follow: bool, interval: float, max_iterations: int,
+                 on_miss: Any = None) -> None:
     """``rlobs doctor``'s evaluation, once or (``--follow``) every ``interval`` s until the run ends; exits with the
-    last report's code."""
+    last report's code. Following, a record that cannot be opened this time (moved, mid-copy, a disk hiccup; its
+    error printed) keeps the last report and is tried again (``on_miss`` called: the exporter counts it), up to
+    ``FOLLOW_MISSES`` times running: a watcher that exits on one bad read leaves the live alert blind."""
     report, record = evaluate()
     emit(report)
     if follow:
         import time as _time
 
         seen = json.dumps([f.to_dict() for f in report.findings], sort_keys=True, default=str)
-        iterations = 1
+        iterations, misses = 1, 0
         while not max_iterations or iterations < max_iterations:
             if all(p.status in ("ended", "lost") for p in record.processes) and record.processes:
                 break
             _time.sleep(interval)
-            report, record = evaluate()
             iterations += 1
+            try:
+                report, record = evaluate()
+            except typer.Exit as exc:  # _open's input error, already printed
+                misses += 1
+                if on_miss is not None:
+                    on_miss()
+                if misses >= FOLLOW_MISSES:
+                    raise fail(f"gave up following: the record could not be read {misses} times running",
+                               exc.exit_code) from None
+                continue
+            misses = 0
             now = json.dumps([f.to_dict() for f in report.findings], sort_keys=True, default=str)
             if now != seen:
                 emit(report)

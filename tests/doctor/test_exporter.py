@@ -55,3 +55,44 @@ def test_a_watcher_started_before_the_record_serves_each_finding_with_its_onset(
         assert not list((run / "prometheus_sd").glob("doctor-*.json"))
     finally:
         watcher.close()
+
+
+def test_follow_keeps_watching_through_a_record_it_cannot_read_for_a_moment(tmp_path):
+    """`rlobs doctor --follow --metrics-port`: a record that cannot be opened for a few evaluations (moved away and
+    back, as a copy or a remount does) is an error printed and counted, not the end of the watcher; the run's end
+    still ends it."""
+    import re
+    import subprocess
+    import sys
+    import time
+
+    run = tmp_path / "run"
+    rec = rlobs.init(run, component="trainer", rank=0, run_id="exp-follow", set_global=False, flush_interval=0.1)
+    r = json.loads(DATA.read_text())["runs"]["kl-blow-up-partial-s0"]
+    for row in r["steps"]:
+        emit_step(rec, row)
+    rec.flush()
+    proc = subprocess.Popen([sys.executable, "-m", "rlobs", "doctor", str(run), "--follow", "--interval", "0.2",
+                             "--json", "--metrics-port", "0"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+    try:
+        served = proc.stderr.readline()
+        url = re.search(r"http://127\.0\.0\.1:\d+/metrics", served)
+        assert url, served
+        assert json.loads(proc.stdout.readline())["findings"]  # the first evaluation
+        run.rename(tmp_path / "away")
+        time.sleep(1.0)  # ~4 evaluations find no record
+        (tmp_path / "away").rename(run)
+        assert proc.poll() is None  # still following
+        errors = {s.labels["outcome"]: s.value for s in _scrape(url[0])["rlobs_doctor_evaluations"]
+                  if s.name == "rlobs_doctor_evaluations_total"}
+        assert errors["error"] >= 2 and errors["ok"] >= 1, errors
+        rec.close()  # the run ends: the doctor's follow loop ends with it
+        rec = None
+        assert proc.wait(timeout=30) == 1  # the KL-creep warning
+        assert "error: " in proc.stderr.read()
+    finally:
+        if rec is not None:
+            rec.close()
+        if proc.poll() is None:
+            proc.kill()
