@@ -271,7 +271,7 @@ def doctor(run: Path = typer.Argument(None, help="run directory"),
         run_id = first.run_id
         first.close()
         try:
-            exporter = DoctorExporter(run, run_id, port=metrics_port, addr=metrics_addr)
+            exporter = DoctorExporter(run, run_id, port=metrics_port, addr=metrics_addr, interval=interval)
         except OSError as exc:
             raise fail(f"--metrics-port {metrics_port}: cannot serve on {metrics_addr or '127.0.0.1'}: {exc}",
                        exitcodes.USAGE) from None

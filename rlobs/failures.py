@@ -247,6 +247,10 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     # healthy 60-step runs; none of the 4 hacking runs whose held-out success fell was warned before the fall
     # the doctor's precursor findings, live (rlobs.doctor.exporter): no rule of its own, the alert reads the doctor's
     _f("doctor-precursor", "warning", "0m", rule=False),
+    # ... and the watcher itself: no evaluation for max(min_seconds, interval_multiple x its interval) while the run
+    # is up (an evaluation hung, the watcher stuck, the record unreadable): the doctor's alert would stay silent
+    _f("doctor-behind", "warning", "1m", rule=False,
+       alert_thresholds={"min_seconds": 300.0, "interval_multiple": 10.0}),
     _f("precursor-reward-hacking", "warning", "1m",
        thresholds={"smooth": 5, "reward_gain": 0.3, "heldout_share": 1 / 3, "min_evals": 2,
                    # the audit leg (2 Dec 2026, after the ninth run): trainer_ref re-grades every training sample with

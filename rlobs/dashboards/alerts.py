@@ -85,6 +85,9 @@ class AlertThresholds:
     process_down_for: str = "30s"  # a target that stops answering scrapes this long
     # no optimiser step for max(floor, multiple x the recent mean step interval)
     no_progress_floor_seconds: float = field(default_factory=lambda: _th("no-progress", "floor_seconds"))
+    # the doctor's watcher: no evaluation for max(this, doctor_behind_interval_multiple x its interval)
+    doctor_behind_min_seconds: float = field(default_factory=lambda: _th("doctor-behind", "min_seconds"))
+    doctor_behind_interval_multiple: float = field(default_factory=lambda: _th("doctor-behind", "interval_multiple"))
     no_progress_step_multiple: float = field(default_factory=lambda: _th("no-progress", "step_multiple"))
     # a declared pause (held-out evaluation, checkpoint save, drain) adds this many times the slowest kind's mean
     # length, at least the floor (a run's first pause has no history): the thirtieth early-warning run's evaluations
@@ -572,6 +575,22 @@ RULES: tuple[AlertRule, ...] = (
                        "_x6 17x13")),
                      "1", labels={"rule": "precursor-kl-creep"}, not_yet_min=5, firing_min=6, component="doctor",
                      query_text="17", up_component="trainer")),
+    # the watcher behind RlobsDoctorPrecursor: its last evaluation too long ago while the run is up (an evaluation that
+    # hangs, a watcher stuck, a record it cannot read: the exporter keeps serving the last verdict, up == 1)
+    AlertRule(
+        "doctor-behind", "warning",
+        f"((time() - {agg('max', series('rlobs_doctor_last_evaluation_timestamp_seconds', ALERT), GROUP)}) > "
+        f"clamp_min({T.doctor_behind_interval_multiple:g} * "
+        f"{agg('max', series('rlobs_doctor_interval_seconds', ALERT), GROUP)}, {T.doctor_behind_min_seconds:g}))"
+        f" and on ({GROUP[0]}) ({agg('max', up(ALERT, component=('!=', 'doctor')), (GROUP[0],))} == 1)", "1m",
+        "The doctor watching run {{ $labels.run }} has not judged it for {{ $value | humanizeDuration }}",
+        "The doctor's last evaluation of run {{ $labels.run }} ended {{ $value | humanizeDuration }} ago, over "
+        f"{T.doctor_behind_interval_multiple:g}x its interval (at least {T.doctor_behind_min_seconds:g} s), while the "
+        "run is up: an evaluation hangs, the watcher is stuck, or the record cannot be read (rlobs_doctor_evaluations_total"
+        "{outcome=\"error\"}). Until it judges again RlobsDoctorPrecursor cannot fire: the early warning is blind.",
+        PromtoolCase((("rlobs_doctor_last_evaluation_timestamp_seconds", {}, "0+60x5 300x14"),
+                      ("rlobs_doctor_interval_seconds", {}, "10x19")),
+                     "7m 0s", not_yet_min=9, firing_min=12, component="doctor", up_component="trainer")),
 )
 
 

@@ -9,8 +9,10 @@ behind, one healthy page the doctor never gave). This exporter serves the doctor
 - ``rlobs_doctor_finding{rule, severity}`` 1 per current finding (a finding that stops holding loses its series),
   and ``rlobs_doctor_finding_first_step`` its onset step;
 - ``rlobs_doctor_judged_steps``: the record's last optimiser step at that evaluation;
-- ``rlobs_doctor_last_evaluation_timestamp_seconds``, ``rlobs_doctor_evaluation_seconds`` and
-  ``rlobs_doctor_evaluations_total{outcome}`` (ok / error: a record that could not be read keeps the last verdict).
+- ``rlobs_doctor_last_evaluation_timestamp_seconds``, ``rlobs_doctor_evaluation_seconds``,
+  ``rlobs_doctor_interval_seconds`` and ``rlobs_doctor_evaluations_total{outcome}`` (ok / error: a record that could
+  not be read keeps the last verdict); ``RlobsDoctorBehind`` pages when the last evaluation is 10 intervals (5 min at
+  least) old while the run is up.
 
 The alert ``RlobsDoctorPrecursor`` fires on a ``precursor-*`` finding while a process of the run other than the
 doctor is up: it counts steps as the doctor does, so it needs no step time. The endpoint binds 127.0.0.1 unless told
@@ -69,8 +71,9 @@ def judged_step(record: Any) -> int | None:
 class _VerdictCollector(Collector):
     """The last verdict as the catalogue's ``rlobs_doctor_*`` series, built at scrape time."""
 
-    def __init__(self, run_id: str):
+    def __init__(self, run_id: str, interval: float | None = None):
         self.run_id = run_id
+        self.interval = interval
         self._lock = threading.Lock()
         self._verdict: Verdict | None = None
         self._outcomes = {"ok": 0, "error": 0}
@@ -96,6 +99,9 @@ class _VerdictCollector(Collector):
         found, onset = family("rlobs_doctor_finding"), family("rlobs_doctor_finding_first_step")
         judged, last = family("rlobs_doctor_judged_steps"), family("rlobs_doctor_last_evaluation_timestamp_seconds")
         took = family("rlobs_doctor_evaluation_seconds")
+        every = family("rlobs_doctor_interval_seconds")
+        if self.interval is not None:
+            every.add_metric(base, self.interval)
         if v is not None:
             for rule, severity, first in v.findings:
                 found.add_metric([*base, rule, severity], 1)
@@ -110,7 +116,7 @@ class _VerdictCollector(Collector):
                                     labels=list(IMPLICIT_LABELS + spec.labels))
         for outcome, n in outcomes.items():
             evals.add_metric([*base, outcome], n)
-        yield from (found, onset, judged, last, took, evals)
+        yield from (found, onset, judged, last, took, every, evals)
 
 
 class DoctorExporter:
@@ -121,11 +127,12 @@ class DoctorExporter:
 
     linger_s = 6.0  # answer scrapes this long after the target file is gone (Prometheus drops a target ~5 s later)
 
-    def __init__(self, run_dir: Path, run_id: str, *, port: int = 0, addr: str | None = None, register: bool = True):
+    def __init__(self, run_dir: Path, run_id: str, *, port: int = 0, addr: str | None = None, register: bool = True,
+                 interval: float | None = None):
         from rlobs.sinks.targets import TargetFile
 
         self.run_dir = Path(run_dir)
-        self.collector = _VerdictCollector(run_id)
+        self.collector = _VerdictCollector(run_id, interval)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
         addr = addr if addr is not None else os.environ.get("RLOBS_METRICS_ADDR", "127.0.0.1")
@@ -204,7 +211,8 @@ class DoctorWatcher:
         try:
             with open_run(run_dir) as record:
                 if exporter is None:
-                    exporter = self.exporters[run_dir] = DoctorExporter(run_dir, record.run_id, addr=self.addr)
+                    exporter = self.exporters[run_dir] = DoctorExporter(run_dir, record.run_id, addr=self.addr,
+                                                                        interval=self.interval)
                 report = diagnose(record, rule_ids=self.rule_ids, thresholds=self.thresholds)
                 verdict = exporter.update(report, record, seconds=time.perf_counter() - t0)
                 ended = bool(record.processes) and all(p.status in ("ended", "lost") for p in record.processes)

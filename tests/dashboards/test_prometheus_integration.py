@@ -49,7 +49,7 @@ NOT_LIVE = {"heartbeat-lost", "process-down", "no-progress", "grader-slow", "tra
             "precursor-oversized-updates", "precursor-reward-hacking",
             # the doctor's own alert needs the doctor watching the run (rlobs observe --doctor):
             # tests/early_warning/test_doctor_alert.py raises it on a real collapse run's record
-            "doctor-precursor"}
+            "doctor-precursor", "doctor-behind"}
 WAIT_S = 75.0
 PANEL_VARS = {"component": ".*", "__rate_interval": "1m"}
 

@@ -50,6 +50,7 @@ def test_a_watcher_started_before_the_record_serves_each_finding_with_its_onset(
                  if s.name == "rlobs_doctor_evaluations_total"}
         assert evals == {"ok": 1.0, "error": 0.0}
         assert families["rlobs_doctor_judged_steps"][0].value == 9
+        assert families["rlobs_doctor_interval_seconds"][0].value == 60  # RlobsDoctorBehind's yardstick
         rec.close()  # the run ends: judged a last time, its exporter closed with its target file
         assert watcher.evaluate(run) is not None and run in watcher.done
         assert not list((run / "prometheus_sd").glob("doctor-*.json"))
