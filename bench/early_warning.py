@@ -618,6 +618,16 @@ RUN35_RECORDS = ("ew30", "ew31", "ew32", "ew33")
 # alert falls short (steps shorter than its ~3 s latency)
 
 
+# Thirty-sixth run (6 Dec 2026, a replay, no training; registered here before it): is the thirty-fifth run's lag a
+# matter of seconds? The thirty-third run's 24 records (RUN33_FRESH, /work/records/ew33; replayed in the thirty-fifth
+# at a mean of 2 s a step) again under RlobsDoctorPrecursor, each at its own pace at a mean of 8 s a step
+# (`--doctor --real-timing --period 8 --batch 24`: one watcher for all 24, a pass ~3 s). Stated before: if the lag
+# is the ~1-3 s path, at 8 s a step (the fastest stretches 2-4 s) (c) holds: the alert within 1 step of the doctor's
+# first warning on 95 %+ of the runs the doctor warns; and (a), (b), (d) hold as in the thirty-fifth run. Either way
+# README reports it beside the thirty-fifth run; nothing is committed on it
+RUN36_PERIOD = 8.0
+
+
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
     keys = ("mode", "lr", "lr_peak", "lr_warmup_steps", "temperature", "kl_coef", "tis_cap", "max_staleness", "grader",
