@@ -626,6 +626,11 @@ RUN35_RECORDS = ("ew30", "ew31", "ew32", "ew33")
 # first warning on 95 %+ of the runs the doctor warns; and (a), (b), (d) hold as in the thirty-fifth run. Either way
 # README reports it beside the thirty-fifth run; nothing is committed on it
 RUN36_PERIOD = 8.0
+# Scored once (bench/results/early_warning_run36_doctor_8s.md): every bar held. (c) 15 of 15 warned runs at lag 0
+# (staleness-no-is s54 and s55, 2 steps behind at 2 s a step, now at the doctor's step); (a) the same runs as the
+# doctor in every class (lr 3 of 3, warm-up 2 of 3, KL 3 of 3, staleness 3 of 3, hacking 3 of 3); (b) 0 of 9 healthy
+# paged; (d) 15 of 15 named the doctor's first rule. Latency from the doctor's first-warning step 0.9-4.6 s (median
+# 2.2 s; a pass over 24 records). README reports it beside the thirty-fifth run
 
 
 def _flags(run_dir: Path) -> list[str]:
