@@ -17,7 +17,8 @@ behind, one healthy page the doctor never gave). This exporter serves the doctor
 The alert ``RlobsDoctorPrecursor`` fires on a ``precursor-*`` finding while a process of the run other than the
 doctor is up: it counts steps as the doctor does, so it needs no step time. The endpoint binds 127.0.0.1 unless told
 otherwise and writes the run's ``prometheus_sd`` target file (``rlobs.sinks.targets``), so ``rlobs observe`` scrapes
-it with the run's other processes; the file goes at a clean close. The exporter only reads the record.
+it with the run's other processes; the file goes at a clean close. Of the run directory the exporter writes only that
+file; the record it reads. ``DoctorWatcher`` judges several runs from one thread (``rlobs observe --doctor``).
 """
 
 from __future__ import annotations
@@ -103,7 +104,13 @@ class _VerdictCollector(Collector):
         if self.interval is not None:
             every.add_metric(base, self.interval)
         if v is not None:
+            # one series per (rule, severity), its earliest onset: a rule may report several findings, and a
+            # repeated label set would fail the whole scrape
+            onsets: dict[tuple[str, str], int | None] = {}
             for rule, severity, first in v.findings:
+                known = onsets.get((rule, severity), first)
+                onsets[(rule, severity)] = first if known is None else known if first is None else min(known, first)
+            for (rule, severity), first in onsets.items():
                 found.add_metric([*base, rule, severity], 1)
                 if first is not None:
                     onset.add_metric([*base, rule, severity], first)

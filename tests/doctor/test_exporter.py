@@ -97,3 +97,21 @@ def test_follow_keeps_watching_through_a_record_it_cannot_read_for_a_moment(tmp_
             rec.close()
         if proc.poll() is None:
             proc.kill()
+
+
+def test_a_rule_with_several_findings_is_one_series_at_its_earliest_onset():
+    """A rule may report several findings (one per sync boundary, per grader kind); a repeated label set would make
+    Prometheus reject the whole scrape, so each (rule, severity) is one series, at its earliest onset."""
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from rlobs.doctor.exporter import Verdict, _VerdictCollector
+
+    collector = _VerdictCollector("exp-many", interval=5.0)
+    collector.update(Verdict((("weight-sync-slow", "warning", 12), ("weight-sync-slow", "warning", 4),
+                              ("weight-sync-slow", "warning", None), ("no-gradient", "info", None)), 20, 1.0, 0.1))
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+    families = {f.name: f.samples for f in text_string_to_metric_families(generate_latest(registry).decode())}
+    found = [(s.labels["rule"], s.labels["severity"]) for s in families["rlobs_doctor_finding"]]
+    assert sorted(found) == [("no-gradient", "info"), ("weight-sync-slow", "warning")]
+    assert [(s.labels["rule"], s.value) for s in families["rlobs_doctor_finding_first_step"]] == [("weight-sync-slow", 4)]
