@@ -31,13 +31,15 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from rlobs.dashboards.alerts import rule  # noqa: E402
+
 PERIOD = 1.0  # seconds per replayed step
 SCALE = {"recent": "5s", "history": "30s"}
 REAL_SECONDS_PER_SECOND = 120  # the windows' scale: the last 10 min -> 5 s, a replayed step stands for two minutes
 RULES_STEP_SECONDS = 120  # the step time the replayed rules are built for (the committed windows: 120)
 WAIT_S = 30.0  # after the last step: the alerts' windows and `for` catching up
 DOCTOR_INTERVAL = 0.5  # --doctor: seconds between the watcher's passes over the batch's records
-DOCTOR_ALERT = "RlobsDoctorPrecursor"
+DOCTOR_ALERT = rule("doctor-precursor").name  # RlobsDoctorPrecursor
 
 
 def set_pace(step_seconds: float, rules_step_seconds: float | None = None) -> None:
@@ -105,14 +107,16 @@ def rules_file(path: Path, gated: bool = False) -> Path:
     file; ``gated``: with the stepping gate the thirty-third run tried (not committed; its floors scaled,
     ``gate_thresholds``). With them the doctor's alert as committed (``RlobsDoctorPrecursor``: no window, for 0m;
     it fires only where ``replay(doctor=True)`` runs the doctor's exporter)."""
-    from rlobs.dashboards.alerts import precursor_rules, rule
+    from rlobs.dashboards.alerts import precursor_rules
     from rlobs.dashboards.model import to_yaml
 
+    def entry(r: Any, for_: str) -> dict[str, Any]:
+        return {"alert": r.name, "expr": r.expr, "for": for_, "labels": r.labels, "annotations": r.annotations()}
+
+    doctor = rule("doctor-precursor")
     doc = {"groups": [{"name": "rlobs-precursors-scaled", "interval": "1s", "rules": [
-        {"alert": r.name, "expr": r.expr, "for": scaled_for(r.for_), "labels": r.labels, "annotations": r.annotations()}
-        for r in precursor_rules(**SCALE, gate=gate_thresholds() if gated else None)]
-        + [{"alert": r.name, "expr": r.expr, "for": r.for_, "labels": r.labels, "annotations": r.annotations()}
-           for r in (rule("doctor-precursor"),)]}]}
+        entry(r, scaled_for(r.for_)) for r in precursor_rules(**SCALE, gate=gate_thresholds() if gated else None)]
+        + [entry(doctor, doctor.for_)]}]}
     path.write_text(to_yaml(doc), encoding="utf-8")
     return path
 

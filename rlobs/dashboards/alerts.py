@@ -246,6 +246,9 @@ _SUSPECT = ('{{ with query (printf "(max by (component) (up{run=\\"%s\\"} == 0))
             '$labels.run $labels.run $labels.run) }}{{ . | first | label "component" }}{{ end }}')
 _DOCTOR_ONSET = ('{{ with query (printf "min(rlobs_doctor_finding_first_step{run=\\"%s\\",rule=\\"%s\\"})" '
                  '$labels.run $labels.rule) }}{{ . | first | value }}{{ end }}')
+# the doctor's alerts hold while a process of the run other than the doctor is up (a run that ended cleanly, its
+# targets gone, pages nobody; the doctor's own target lingers until its next evaluation sees the end)
+_RUN_UP = f" and on ({GROUP[0]}) ({agg('max', up(ALERT, component=('!=', 'doctor')), (GROUP[0],))} == 1)"
 _LAST_PHASE = ('{{ with query (printf "topk(1, ' + _HB + '{run=\\"%s\\",component=\\"%s\\",rank=\\"%s\\"})" '
                '$labels.run $labels.component $labels.rank) }}{{ . | first | label "phase" }}{{ end }}')
 
@@ -563,7 +566,7 @@ RULES: tuple[AlertRule, ...] = (
     AlertRule(
         "doctor-precursor", "warning",
         f"({agg('max', series('rlobs_doctor_finding', ALERT, rule=('=~', 'precursor-.*')), (*GROUP, 'rule'))} > 0)"
-        f" and on ({GROUP[0]}) ({agg('max', up(ALERT, component=('!=', 'doctor')), (GROUP[0],))} == 1)", "0m",
+        + _RUN_UP, "0m",
         "Early warning from the doctor: {{ $labels.rule }} ({{ $labels.run }})",
         "`rlobs doctor --follow`, judging run {{ $labels.run }} as its record grows, reports {{ $labels.rule }} "
         "since step " + _DOCTOR_ONSET + ": a precursor of a collapse (the rule's runbook "
@@ -582,7 +585,7 @@ RULES: tuple[AlertRule, ...] = (
         f"((time() - {agg('max', series('rlobs_doctor_last_evaluation_timestamp_seconds', ALERT), GROUP)}) > "
         f"clamp_min({T.doctor_behind_interval_multiple:g} * "
         f"{agg('max', series('rlobs_doctor_interval_seconds', ALERT), GROUP)}, {T.doctor_behind_min_seconds:g}))"
-        f" and on ({GROUP[0]}) ({agg('max', up(ALERT, component=('!=', 'doctor')), (GROUP[0],))} == 1)", "1m",
+        + _RUN_UP, "1m",
         "The doctor watching run {{ $labels.run }} has not judged it for {{ $value | humanizeDuration }}",
         "The doctor's last evaluation of run {{ $labels.run }} ended {{ $value | humanizeDuration }} ago, over "
         f"{T.doctor_behind_interval_multiple:g}x its interval (at least {T.doctor_behind_min_seconds:g} s), while the "

@@ -24,8 +24,6 @@ file; the record it reads. ``DoctorWatcher`` judges several runs from one thread
 from __future__ import annotations
 
 import logging
-import os
-import socket
 import threading
 import time
 import uuid
@@ -34,7 +32,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from prometheus_client import start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -136,16 +133,14 @@ class DoctorExporter:
 
     def __init__(self, run_dir: Path, run_id: str, *, port: int = 0, addr: str | None = None, register: bool = True,
                  interval: float | None = None):
+        from rlobs.sinks.prometheus import serve_metrics
         from rlobs.sinks.targets import TargetFile
 
         self.run_dir = Path(run_dir)
         self.collector = _VerdictCollector(run_id, interval)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(self.collector)
-        addr = addr if addr is not None else os.environ.get("RLOBS_METRICS_ADDR", "127.0.0.1")
-        self.server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        host = addr if addr not in ("", "0.0.0.0", "::") else socket.gethostname()
-        self.target = f"{host}:{self.server.server_port}"
+        self.server, self.target = serve_metrics(self.registry, port, addr)
         self.url = f"http://{self.target}/metrics"
         self._sd_file: Any = None
         if register:
@@ -164,14 +159,13 @@ class DoctorExporter:
         self.collector.failed()
 
     def close(self) -> None:
+        from rlobs.sinks.prometheus import stop_serving_later
+
         if self._sd_file is not None:
             self._sd_file.close()
             self._sd_file = None
         server, self.server = self.server, None
-        if server is not None:
-            timer = threading.Timer(self.linger_s, _stop, args=(server,))
-            timer.daemon = True
-            timer.start()
+        stop_serving_later(server, self.linger_s)
 
     def __enter__(self) -> "DoctorExporter":
         return self
@@ -179,10 +173,6 @@ class DoctorExporter:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-
-def _stop(server: Any) -> None:
-    server.shutdown()
-    server.server_close()
 
 
 class DoctorWatcher:

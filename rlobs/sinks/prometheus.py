@@ -210,13 +210,9 @@ class PrometheusSink:
             self._serve(run_dir, port, addr)
 
     def _serve(self, run_dir: Path | None, port: int | None, addr: str | None) -> None:
-        addr = addr if addr is not None else os.environ.get("RLOBS_METRICS_ADDR", "127.0.0.1")
         if port is None:
             port = int(os.environ.get("RLOBS_METRICS_PORT", "0"))
-        self.server, _thread = start_http_server(port, addr=addr, registry=self.registry)
-        bound = self.server.server_port
-        host = addr if addr not in ("", "0.0.0.0", "::") else socket.gethostname()
-        self.target = f"{host}:{bound}"
+        self.server, self.target = serve_metrics(self.registry, port, addr)
         self.url = f"http://{self.target}/metrics"
         if run_dir is not None:
             self._sd_file = TargetFile(Path(run_dir), self.info, self.target)
@@ -251,12 +247,28 @@ class PrometheusSink:
         if self._sd_file is not None:
             self._sd_file.close()
         server, self.server = self.server, None
-        if server is not None:
-            timer = threading.Timer(self.linger_s, self._stop_server, args=(server,))
-            timer.daemon = True
-            timer.start()
+        stop_serving_later(server, self.linger_s)
 
-    @staticmethod
-    def _stop_server(server: Any) -> None:
+
+def serve_metrics(registry: CollectorRegistry, port: int, addr: str | None = None) -> tuple[Any, str]:
+    """Serve ``registry`` on ``/metrics`` at ``addr`` (default ``RLOBS_METRICS_ADDR``, else 127.0.0.1) and ``port``
+    (0: a free one); returns the server and its ``host:port`` target (this host's name for a wildcard address)."""
+    addr = addr if addr is not None else os.environ.get("RLOBS_METRICS_ADDR", "127.0.0.1")
+    server, _thread = start_http_server(port, addr=addr, registry=registry)
+    host = addr if addr not in ("", "0.0.0.0", "::") else socket.gethostname()
+    return server, f"{host}:{server.server_port}"
+
+
+def stop_serving_later(server: Any, linger_s: float) -> None:
+    """Stop ``server`` ``linger_s`` seconds from now, in the background (its target file already removed: Prometheus
+    applies that up to ~5 s later, and a scrape of a closed port in that gap reads as a process down)."""
+    if server is None:
+        return
+
+    def stop() -> None:
         server.shutdown()
         server.server_close()
+
+    timer = threading.Timer(linger_s, stop)
+    timer.daemon = True
+    timer.start()
