@@ -633,6 +633,30 @@ RUN36_PERIOD = 8.0
 # 2.2 s; a pass over 24 records). README reports it beside the thirty-fifth run
 
 
+# Thirty-seventh run (6 Dec 2026, registered here before any of its runs was trained): the switch the thirty-fifth
+# run's registration left for fresh runs. RlobsDoctorPrecursor (committed at 7b6476e, unchanged since the
+# thirty-fifth and thirty-sixth runs) on records no alert or rule has seen. Fresh, their number fixed here, 60 steps:
+# reward-hacking 141-143, lr-too-high 129-131, lr-warmup-too-high 129-131, kl-blow-up 135-137, staleness-no-is 57-59
+# (separate_async), healthy 141-143, healthy-ppo2 129-131, healthy-async 35-37 (separate_async): 24 runs (RUN37_FRESH,
+# /work/records/ew37). Replayed once with `bench/early_warning_live.py --doctor --real-timing --period 8 --batch 24`
+# (each run at its own pace, a mean of 8 s a step: trainer steps of real models take tens of seconds to minutes; one
+# watcher judging all 24 every 0.5 s) and scored against `early_warning.judge` on the original records, step by step,
+# with the thirty-fifth run's bars: (a) per class, the runs warned before the drop while stepping by the alert equal
+# those the doctor warns before it; (b) no healthy run paged while stepping; (c) on 95 %+ of the runs the doctor warns,
+# the alert goes pending within 1 step of the doctor's first warning; (d) on 95 %+ of them it names the doctor's first
+# rule (a tie at that step: either). Reported beside it, not part of the bar: the committed PromQL precursor alerts on
+# the same 24 records (`--real-timing`, a replayed second a 120-s step), and the doctor's own score (`eval`).
+# All of (a)-(d) hold: README recommends RlobsDoctorPrecursor as the live early warning for runs whose steps take
+# seconds or more (the PromQL precursor alerts stay, for a Prometheus with no doctor watching, and below ~3 s a step),
+# and `rlobs observe` runs the doctor unless told `--no-doctor`. Any misses: README reports it and nothing changes.
+# Not trained and replayed by 05:00 UTC: not scored, reported as not run
+RUN37 = {"reward-hacking": tuple(range(141, 144)), "lr-too-high": tuple(range(129, 132)),
+         "lr-warmup-too-high": tuple(range(129, 132)), "kl-blow-up": tuple(range(135, 138)),
+         "staleness-no-is": tuple(range(57, 60))}
+RUN37_FRESH = _register_fresh(RUN37, range(141, 144), range(129, 132), range(35, 38))
+RUN37_PERIOD = 8.0
+
+
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
     keys = ("mode", "lr", "lr_peak", "lr_warmup_steps", "temperature", "kl_coef", "tis_cap", "max_staleness", "grader",
