@@ -364,6 +364,9 @@ METRICS: tuple[MetricSpec, ...] = (
        "rlobs_train_steps_total: how far behind the verdict is).", ()),
     _m("rlobs_doctor_last_evaluation_timestamp_seconds", "gauge", "timestamp_seconds",
        "Unix time the doctor's last successful evaluation of the run ended.", ()),
+    _m("rlobs_doctor_started_timestamp_seconds", "gauge", "timestamp_seconds",
+       "Unix time the doctor started serving its verdict on the run (RlobsDoctorBehind counts from it until the "
+       "first evaluation succeeds).", ()),
     _m("rlobs_doctor_interval_seconds", "gauge", "seconds",
        "Seconds between the doctor's evaluations of the run (rlobs doctor --interval, rlobs observe --doctor-interval).",
        ()),

@@ -579,19 +579,23 @@ RULES: tuple[AlertRule, ...] = (
                      "1", labels={"rule": "precursor-kl-creep"}, not_yet_min=5, firing_min=6, component="doctor",
                      query_text="17", up_component="trainer")),
     # the watcher behind RlobsDoctorPrecursor: its last evaluation too long ago while the run is up (an evaluation that
-    # hangs, a watcher stuck, a record it cannot read: the exporter keeps serving the last verdict, up == 1)
+    # hangs, a watcher stuck, a record it cannot read: the exporter keeps serving the last verdict, up == 1); a doctor
+    # that has not judged the run once counts from its start (no last-evaluation series yet)
     AlertRule(
         "doctor-behind", "warning",
-        f"((time() - {agg('max', series('rlobs_doctor_last_evaluation_timestamp_seconds', ALERT), GROUP)}) > "
+        f"((time() - ({agg('max', series('rlobs_doctor_last_evaluation_timestamp_seconds', ALERT), GROUP)} or "
+        f"{agg('max', series('rlobs_doctor_started_timestamp_seconds', ALERT), GROUP)})) > "
         f"clamp_min({T.doctor_behind_interval_multiple:g} * "
         f"{agg('max', series('rlobs_doctor_interval_seconds', ALERT), GROUP)}, {T.doctor_behind_min_seconds:g}))"
         + _RUN_UP, "1m",
         "The doctor watching run {{ $labels.run }} has not judged it for {{ $value | humanizeDuration }}",
-        "The doctor's last evaluation of run {{ $labels.run }} ended {{ $value | humanizeDuration }} ago, over "
+        "The doctor's last evaluation of run {{ $labels.run }} ended {{ $value | humanizeDuration }} ago (or it has "
+        "not judged the run once since it started that long ago), over "
         f"{T.doctor_behind_interval_multiple:g}x its interval (at least {T.doctor_behind_min_seconds:g} s), while the "
         "run is up: an evaluation hangs, the watcher is stuck, or the record cannot be read (rlobs_doctor_evaluations_total"
         "{outcome=\"error\"}). Until it judges again RlobsDoctorPrecursor cannot fire: the early warning is blind.",
         PromtoolCase((("rlobs_doctor_last_evaluation_timestamp_seconds", {}, "0+60x5 300x14"),
+                      ("rlobs_doctor_started_timestamp_seconds", {}, "0x19"),
                       ("rlobs_doctor_interval_seconds", {}, "10x19")),
                      "7m 0s", not_yet_min=9, firing_min=12, component="doctor", up_component="trainer")),
 )

@@ -9,10 +9,11 @@ behind, one healthy page the doctor never gave). This exporter serves the doctor
 - ``rlobs_doctor_finding{rule, severity}`` 1 per current finding (a finding that stops holding loses its series),
   and ``rlobs_doctor_finding_first_step`` its onset step;
 - ``rlobs_doctor_judged_steps``: the record's last optimiser step at that evaluation;
-- ``rlobs_doctor_last_evaluation_timestamp_seconds``, ``rlobs_doctor_evaluation_seconds``,
-  ``rlobs_doctor_interval_seconds`` and ``rlobs_doctor_evaluations_total{outcome}`` (ok / error: a record that could
-  not be read keeps the last verdict); ``RlobsDoctorBehind`` pages when the last evaluation is 10 intervals (5 min at
-  least) old while the run is up.
+- ``rlobs_doctor_last_evaluation_timestamp_seconds``, ``rlobs_doctor_started_timestamp_seconds``,
+  ``rlobs_doctor_evaluation_seconds``, ``rlobs_doctor_interval_seconds`` and ``rlobs_doctor_evaluations_total{outcome}``
+  (ok / error: a record that could not be read keeps the last verdict); ``RlobsDoctorBehind`` pages when the last
+  evaluation, or the start of a doctor that never judged the run, is 10 intervals (5 min at least) old while the run
+  is up.
 
 The alert ``RlobsDoctorPrecursor`` fires on a ``precursor-*`` finding while a process of the run other than the
 doctor is up: it counts steps as the doctor does, so it needs no step time. The endpoint binds 127.0.0.1 unless told
@@ -72,6 +73,7 @@ class _VerdictCollector(Collector):
     def __init__(self, run_id: str, interval: float | None = None):
         self.run_id = run_id
         self.interval = interval
+        self.started = time.time()
         self._lock = threading.Lock()
         self._verdict: Verdict | None = None
         self._outcomes = {"ok": 0, "error": 0}
@@ -98,6 +100,8 @@ class _VerdictCollector(Collector):
         judged, last = family("rlobs_doctor_judged_steps"), family("rlobs_doctor_last_evaluation_timestamp_seconds")
         took = family("rlobs_doctor_evaluation_seconds")
         every = family("rlobs_doctor_interval_seconds")
+        began = family("rlobs_doctor_started_timestamp_seconds")
+        began.add_metric(base, self.started)
         if self.interval is not None:
             every.add_metric(base, self.interval)
         if v is not None:
@@ -120,7 +124,7 @@ class _VerdictCollector(Collector):
                                     labels=list(IMPLICIT_LABELS + spec.labels))
         for outcome, n in outcomes.items():
             evals.add_metric([*base, outcome], n)
-        yield from (found, onset, judged, last, took, every, evals)
+        yield from (found, onset, judged, last, took, every, began, evals)
 
 
 class DoctorExporter:

@@ -393,6 +393,42 @@ def _beats(minutes: int, at: list[int], component: str, phase: str, up: bool = T
             {"series": f"up{{{sel}}}", "values": f"1x{minutes}"}][:2 if up else 1]
 
 
+def test_doctor_behind_pages_a_doctor_that_never_judged_the_run(tmp_path):
+    """A doctor that serves its endpoint but never finishes an evaluation (a first evaluation that hangs, a record it
+    cannot read from the start) has no last-evaluation series: RlobsDoctorBehind counts from its start instead. A real
+    promtool on the committed rule, scraped every minute, interval 10 s (floor 5 min): never judged pages at 7 minutes;
+    judged every minute stays quiet; never judged while no process of the run but the doctor is up pages nobody."""
+    r = a.rule("doctor-behind")
+    doctor = {**a.CASE_LABELS, "component": "doctor"}
+
+    def sel(name: str, **labels: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+    def case(name: str, judged: str | None, trainer_up: str, fires: bool) -> dict:
+        series = [{"series": sel("rlobs_doctor_started_timestamp_seconds", **doctor), "values": "0x20"},
+                  {"series": sel("rlobs_doctor_interval_seconds", **doctor), "values": "10x20"},
+                  {"series": sel("up", **doctor), "values": "1x20"},
+                  {"series": sel("up", **a.CASE_LABELS), "values": trainer_up}]
+        if judged is not None:
+            series.append({"series": sel("rlobs_doctor_last_evaluation_timestamp_seconds", **doctor),
+                           "values": judged})
+        alert = {**r.labels, "run": doctor["run"], "component": "doctor"}
+        got = [{"exp_labels": alert, "exp_annotations": {k: a._render(v, alert, "7m 0s")
+                                                         for k, v in r.annotations().items()}}] if fires else []
+        return {"name": name, "interval": "1m", "input_series": series,
+                "alert_rule_test": [{"eval_time": "6m", "alertname": r.name, "exp_alerts": []},
+                                    {"eval_time": "7m", "alertname": r.name, "exp_alerts": got}]}
+
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml")], "evaluation_interval": "1m", "tests": [
+        case("never judged, the run up", None, "1x20", fires=True),
+        case("judged every minute", "0+60x20", "1x20", fires=False),
+        case("never judged, the run's processes gone", None, "0x20", fires=False)]}
+    (tmp_path / "behind_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "behind_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
 def test_heartbeat_lost_is_measured_by_the_runs_own_steps(tmp_path):
     """trainer_ref's trainer beats once a step, its grader once a batch: with steps of 5 minutes the fixed 120 s
     silence paged every healthy run, and a grader idle through a long held-out evaluation paged too. The rule now

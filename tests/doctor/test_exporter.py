@@ -115,3 +115,30 @@ def test_a_rule_with_several_findings_is_one_series_at_its_earliest_onset():
     found = [(s.labels["rule"], s.labels["severity"]) for s in families["rlobs_doctor_finding"]]
     assert sorted(found) == [("no-gradient", "info"), ("weight-sync-slow", "warning")]
     assert [(s.labels["rule"], s.value) for s in families["rlobs_doctor_finding_first_step"]] == [("weight-sync-slow", 4)]
+
+
+def test_a_doctor_that_has_not_judged_yet_serves_when_it_started():
+    """Before its first evaluation the exporter serves no last-evaluation time, only its start, which
+    RlobsDoctorBehind counts from; after one it serves both."""
+    import time
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from rlobs.doctor.exporter import Verdict, _VerdictCollector
+
+    t0 = time.time()
+    collector = _VerdictCollector("exp-slow", interval=5.0)
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(collector)
+
+    def scrape() -> dict[str, list]:
+        return {f.name: f.samples for f in text_string_to_metric_families(generate_latest(registry).decode())}
+
+    families = scrape()
+    (started,) = families["rlobs_doctor_started_timestamp_seconds"]
+    assert t0 <= started.value <= time.time()
+    assert not families["rlobs_doctor_last_evaluation_timestamp_seconds"]
+    collector.update(Verdict((), 3, started.value + 7.0, 0.1))
+    families = scrape()
+    assert families["rlobs_doctor_last_evaluation_timestamp_seconds"][0].value == started.value + 7.0
+    assert families["rlobs_doctor_started_timestamp_seconds"][0].value == started.value
