@@ -655,6 +655,16 @@ RUN37 = {"reward-hacking": tuple(range(141, 144)), "lr-too-high": tuple(range(12
          "staleness-no-is": tuple(range(57, 60))}
 RUN37_FRESH = _register_fresh(RUN37, range(141, 144), range(129, 132), range(35, 38))
 RUN37_PERIOD = 8.0
+# Scored once (bench/results/early_warning_run37_doctor_8s.md; trained 03:21-03:44 UTC, replayed 03:44-03:56): every
+# bar held. (a) per class the alert warned before the drop on the doctor's runs: 3 of 3 in each of the five classes;
+# (b) 0 of 9 healthy runs paged; (c) 15 of 15 within 1 step of the doctor's first warning (11 at its step; lr s129 and
+# staleness s57, s58 one behind: pending 2.8-7.0 s after the step was written, a median of 4.3 s, against 2.2 s in the
+# thirty-sixth run: evaluations took a median 0.16 s here, 0.11 s there, so a pass over 24 records ~3.8 s); (d) 15 of
+# 15 named the doctor's first rule. The doctor (`eval`, early_warning_run37.md): 15 of 15 warned before the drop,
+# median lead 12, 0 of 9 healthy warned. The committed PromQL alerts on the same records (early_warning_run37_live.md,
+# a replayed second a 120-s step): 15 of 15 warned before the drop, 0 of 9 healthy paged while stepping; one
+# page after a healthy run's last step (healthy-ppo2 s129, the reward-hacking alert, 5 s after: a held value).
+# The switch lands: README recommends RlobsDoctorPrecursor, `rlobs observe` runs the doctor unless --no-doctor
 
 
 def _flags(run_dir: Path) -> list[str]:
