@@ -408,13 +408,14 @@ def observe(run_dirs: list[Path] = typer.Argument(..., help="run directories to 
             step_seconds_from: Path = typer.Option(None, "--step-seconds-from",
                                                    help="a run record whose median time between optimiser steps is "
                                                         "the step time (see dashboards build)"),
-            doctor: bool = typer.Option(False, "--doctor",
-                                        help="also run the doctor on each run as it grows and serve its findings to "
-                                             "this Prometheus (RlobsDoctorPrecursor: the early warning at any step "
-                                             "time; rlobs doctor RUN --follow --metrics-port 0 per run does the same)"),
+            doctor: bool = typer.Option(True, "--doctor/--no-doctor",
+                                        help="run the doctor on each run as it grows and serve its findings to this "
+                                             "Prometheus (RlobsDoctorPrecursor: the recommended early warning, at any "
+                                             "step time; rlobs doctor RUN --follow --metrics-port 0 per run does the "
+                                             "same); --no-doctor: the PromQL precursor alerts only"),
             doctor_interval: float = typer.Option(10.0, "--doctor-interval",
-                                                  help="with --doctor: seconds between the doctor's evaluations of "
-                                                       "each run")
+                                                  help="seconds between the doctor's evaluations of each run (keep it "
+                                                       "above one evaluation's time on long records)")
             ) -> None:
     """Run Debian's Prometheus on 127.0.0.1 over the run(s), with the rlobs alert rules; Ctrl-C stops it.
     Prints targets coming up and going down, alerts pending / firing / resolved and runs ending."""

@@ -19,7 +19,7 @@ The alert ``RlobsDoctorPrecursor`` fires on a ``precursor-*`` finding while a pr
 doctor is up: it counts steps as the doctor does, so it needs no step time. The endpoint binds 127.0.0.1 unless told
 otherwise and writes the run's ``prometheus_sd`` target file (``rlobs.sinks.targets``), so ``rlobs observe`` scrapes
 it with the run's other processes; the file goes at a clean close. Of the run directory the exporter writes only that
-file; the record it reads. ``DoctorWatcher`` judges several runs from one thread (``rlobs observe --doctor``).
+file; the record it reads. ``DoctorWatcher`` judges several runs from one thread (``rlobs observe``).
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ class DoctorExporter:
 
 
 class DoctorWatcher:
-    """The doctor watching several runs at once from one thread (``rlobs observe RUN... --doctor``;
+    """The doctor watching several runs at once from one thread (``rlobs observe RUN...``, unless ``--no-doctor``;
     ``bench/early_warning_live.py --doctor``): every ``interval`` seconds each run directory is judged (``rule_ids``:
     these rules only) and its exporter updated. A run's exporter starts once its record can be opened (``rlobs
     observe`` may start before the run has written anything); a record that cannot be read or judged this time

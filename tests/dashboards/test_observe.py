@@ -75,10 +75,11 @@ def test_cli_observe_refuses_a_missing_run_directory(tmp_path):
     assert out.returncode == exitcodes.INPUT and "no such run directory" in out.stderr
 
 
-def test_cli_observe_prints_the_url_and_stops_cleanly_on_ctrl_c(tmp_path):
+@pytest.mark.parametrize("doctor", [[], ["--no-doctor"]], ids=["doctor-on-by-default", "no-doctor"])
+def test_cli_observe_prints_the_url_and_stops_cleanly_on_ctrl_c(tmp_path, doctor):
     need("prometheus")
     (tmp_path / "run").mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "rlobs", "observe", str(tmp_path / "run"), "--port", "0"],
+    proc = subprocess.Popen([sys.executable, "-m", "rlobs", "observe", str(tmp_path / "run"), "--port", "0", *doctor],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "COLUMNS": "200"})
     try:
@@ -94,6 +95,8 @@ def test_cli_observe_prints_the_url_and_stops_cleanly_on_ctrl_c(tmp_path):
             proc.kill()
     assert proc.returncode == 0, rest
     assert "Prometheus stopped" in rest
+    # the doctor's watcher (RlobsDoctorPrecursor) is on unless --no-doctor
+    assert ("the doctor judges each run every 10 s" in rest) == (not doctor), rest
     time.sleep(0.2)
     with pytest.raises(OSError):
         urllib.request.urlopen(f"{match.group(0)}/-/ready", timeout=2)

@@ -47,7 +47,7 @@ NOT_LIVE = {"heartbeat-lost", "process-down", "no-progress", "grader-slow", "tra
             "precursor-grad-norm-drift", "precursor-entropy-decline", "precursor-importance-truncation",
             "precursor-kl-creep", "precursor-zero-std-rising", "precursor-uncorrected-off-policy",
             "precursor-oversized-updates", "precursor-reward-hacking",
-            # the doctor's own alert needs the doctor watching the run (rlobs observe --doctor):
+            # the doctor's own alert needs the doctor watching the run (rlobs observe runs it):
             # tests/early_warning/test_doctor_alert.py raises it on a real collapse run's record
             "doctor-precursor", "doctor-behind"}
 WAIT_S = 75.0
@@ -120,7 +120,7 @@ def live(tmp_path_factory):
     base = tmp_path_factory.mktemp("dash-runs")
     with LocalPrometheus([base / "faulty", base / "healthy"], port=0) as prom:
         with drive_synthetic(base) as runs:
-            # the doctor watches both runs as they grow (rlobs observe --doctor): its exporters feed the overview's
+            # the doctor watches both runs as they grow (rlobs observe runs it): its exporters feed the overview's
             # doctor row and the explorer's doctor panels, and on the healthy run it must find nothing that pages
             watcher = DoctorWatcher([runs.faulty_dir, runs.healthy_dir], interval=2.0).start()
             try:

@@ -76,7 +76,7 @@ def _wait_scraped(prom: LocalPrometheus, run: str, timeout: float = 120.0) -> No
 
 @contextlib.contextmanager
 def doctor_watching(run_dirs: list[Path]) -> Iterator[DoctorWatcher]:
-    """The doctor watching the run as it grows, as `rlobs observe --doctor` runs it: its exporter feeds the
+    """The doctor watching the run as it grows, as `rlobs observe` runs it: its exporter feeds the
     overview's doctor row and the explorer's doctor panels."""
     watcher = DoctorWatcher(run_dirs, interval=2.0).start()
     try:

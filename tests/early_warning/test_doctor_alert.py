@@ -140,7 +140,7 @@ def test_metrics_port_needs_follow_and_a_port(tmp_path):
 
 
 def test_observe_with_the_doctor_pages_a_run_it_saw_start_and_lets_it_end(tmp_path):
-    """``rlobs observe RUN --doctor``: one command for the doctor's alert. Started before the run has written
+    """``rlobs observe RUN``: one command for the doctor's alert (the doctor is on unless ``--no-doctor``). Started before the run has written
     anything, it judges the record once there is one, prints RlobsDoctorPrecursor firing on the collapse run, and
     when the trainer ends cleanly the doctor's target goes too, so the run is reported ended."""
     import os
@@ -150,7 +150,7 @@ def test_observe_with_the_doctor_pages_a_run_it_saw_start_and_lets_it_end(tmp_pa
     run = tmp_path / "run"
     run.mkdir()
     proc = subprocess.Popen([sys.executable, "-m", "rlobs", "observe", str(run), "--port", "0", "--scrape-interval",
-                             "1s", "--doctor", "--doctor-interval", "0.5"],
+                             "1s", "--doctor-interval", "0.5"],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             env={**os.environ, "COLUMNS": "250"})
     lines: list[str] = []
