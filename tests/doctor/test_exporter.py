@@ -142,3 +142,38 @@ def test_a_doctor_that_has_not_judged_yet_serves_when_it_started():
     families = scrape()
     assert families["rlobs_doctor_last_evaluation_timestamp_seconds"][0].value == started.value + 7.0
     assert families["rlobs_doctor_started_timestamp_seconds"][0].value == started.value
+
+
+def test_the_watcher_rests_as_long_as_a_pass_took_so_it_never_holds_a_core(tmp_path):
+    """An interval shorter than an evaluation (a long record, many runs, or a too-eager --doctor-interval) must not
+    turn the watcher into a busy loop on the trainer's host: after each pass it waits at least as long as the pass
+    took, so it is busy at most about half the time; with ``rest=0`` (the bench's uncapped watcher) it runs back to
+    back. Real evaluations of a real record, timed."""
+    import time
+
+    run = tmp_path / "run"
+    r = json.loads(DATA.read_text())["runs"]["kl-blow-up-partial-s0"]
+    rec = rlobs.init(run, component="trainer", rank=0, run_id="exp-busy", set_global=False, flush_interval=0.1)
+    for row in r["steps"]:
+        emit_step(rec, row)
+    rec.flush()
+    busy = {}
+    try:
+        for rest in (1.0, 0.0):
+            verdicts: list = []
+            watcher = DoctorWatcher([run], interval=0.001, verdicts=verdicts, rest=rest).start()
+            t0 = time.monotonic()
+            time.sleep(3.0)
+            watcher.close()
+            elapsed = time.monotonic() - t0
+            assert len(verdicts) >= 3, verdicts
+            busy[rest] = sum(v.seconds for _, v in verdicts) / elapsed
+            if rest:
+                ends = [v.ended_at for _, v in verdicts]
+                gaps = [b - a for a, b in zip(ends, ends[1:], strict=False)]
+                # each gap holds the rest after one pass (>= its length) and the next pass
+                assert all(g >= 0.9 * (v.seconds + w.seconds) for g, (_, v), (_, w)
+                           in zip(gaps, verdicts, verdicts[1:], strict=False)), (gaps, verdicts)
+    finally:
+        rec.close()
+    assert busy[1.0] <= 0.6 < busy[0.0], busy
