@@ -178,7 +178,6 @@ class DoctorExporter:
         self.close()
 
 
-
 class DoctorWatcher:
     """The doctor watching several runs at once from one thread (``rlobs observe RUN...``, unless ``--no-doctor``;
     ``bench/early_warning_live.py --doctor``): every ``interval`` seconds each run directory is judged (``rule_ids``:

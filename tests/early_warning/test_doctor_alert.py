@@ -140,9 +140,9 @@ def test_metrics_port_needs_follow_and_a_port(tmp_path):
 
 
 def test_observe_with_the_doctor_pages_a_run_it_saw_start_and_lets_it_end(tmp_path):
-    """``rlobs observe RUN``: one command for the doctor's alert (the doctor is on unless ``--no-doctor``). Started before the run has written
-    anything, it judges the record once there is one, prints RlobsDoctorPrecursor firing on the collapse run, and
-    when the trainer ends cleanly the doctor's target goes too, so the run is reported ended."""
+    """``rlobs observe RUN``: one command for the doctor's alert (the doctor is on unless ``--no-doctor``). Started
+    before the run has written anything, it judges the record once there is one, prints RlobsDoctorPrecursor firing on
+    the collapse run, and when the trainer ends cleanly the doctor's target goes too, so the run is reported ended."""
     import os
     import signal
 
