@@ -25,7 +25,7 @@ main:
 	rlobs doctor $(RUN); test $$? -lt 2
 
 test:
-	python -m pytest -q
+	python -m pytest -q -n 2 --dist loadgroup
 
 test-fast:
 	python -m pytest -q -m "not slow"
