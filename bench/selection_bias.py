@@ -74,7 +74,8 @@ HELDOUT = _heldout()
 def run(split: str, root: Path, only: str = "") -> None:
     if split != "heldout":
         raise SystemExit("the tune split's records are bench/early_warning.py's (/work/records/ew30-ew37)")
-    record(root / split, {name: [*(a for a in COMMON if a != "--no-progress"), "--steps", str(steps), "--seed", name.rsplit("-s", 1)[1], *args]
+    common = [a for a in COMMON if a != "--no-progress"]  # record() adds it
+    record(root / split, {name: [*common, "--steps", str(steps), "--seed", name.rsplit("-s", 1)[1], *args]
                           for name, (_, steps, args) in HELDOUT.items()}, only)
 
 
@@ -120,10 +121,12 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
     healthy = {n: r for n, r in rows.items() if r["healthy"]}
     summary = {
         "runs": len(rows), "healthy runs": len(healthy),
-        "healthy runs where selection-bias warned": sum(_sev(r["selection_bias"]) == "warning" for r in healthy.values()),
+        "healthy runs where selection-bias warned": sum(_sev(r["selection_bias"]) == "warning"
+                                                        for r in healthy.values()),
         "healthy runs where the old rule (length_strata 1) warned": sum(
             _sev(r["selection_bias_old"]) == "warning" for r in healthy.values()),
-        "healthy runs with any warning or critical (false alarms)": sum(bool(r["warnings"]) for r in healthy.values()),
+        "healthy runs with any warning or critical (false alarms)": sum(bool(r["warnings"])
+                                                                        for r in healthy.values()),
         "collapse-class runs where selection-bias warned": sum(_sev(r["selection_bias"]) == "warning"
                                                                for r in rows.values() if not r["healthy"]),
     }
@@ -137,9 +140,11 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
         hit = [v for k, v in b["evidence"].items() if key in k]
         return ", ".join(f"{v:+.3f}" if isinstance(v, float) else str(v) for v in hit) or "-"
 
-    lines = [f"# selection-bias on separate_async runs: {split} split", "", *(f"- {k}: {v}" for k, v in summary.items()),
-             "", "| run | healthy | selection-bias | old rule | length ratio | reward gap | at the same length "
-             "| warnings / criticals (any rule) |", "|---|---|---|---|---|---|---|---|"]
+    lines = [f"# selection-bias on separate_async runs: {split} split", "",
+             *(f"- {k}: {v}" for k, v in summary.items()), "",
+             "| run | healthy | selection-bias | old rule | length ratio | reward gap | at the same length "
+             "| warnings / criticals (any rule) |",
+             "|---|---|---|---|---|---|---|---|"]
     for n, r in rows.items():
         b = r["selection_bias"]
         lines.append(f"| {n} | {'yes' if r['healthy'] else 'no'} | {_sev(b)} | {_sev(r['selection_bias_old'])} | "

@@ -91,7 +91,8 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("ledger-samples-repeated", "critical", "0m"),
     _f("ledger-samples-skipped", "critical", None),
     _f("selection-bias", "warning", None, thresholds={"length_ratio": 1.5, "reward_gap": 0.25, "min_drop_share": 0.1,
-                                                      "min_samples": 20, "z": 4.0, "warn_drop_share": 0.5},
+                                                      "min_samples": 20, "z": 4.0, "warn_drop_share": 0.5,
+                                                      "length_strata": 10},
        metrics=("rlobs_samples_total", "rlobs_goodput_tokens_total", "rlobs_rollout_completion_tokens")),
     # weight sync
     _f("weight-sync-boundary-failed", "critical", "0m"),

@@ -71,16 +71,21 @@ def test_healthy_waits_are_not_starvation(tmp_path: Path):
     assert rep.findings == []
 
 
-def _ledger_run(run: Path, *, biased: bool, seed: int = 0, n_drop: int = 520, reward_gap: bool = False) -> Path:
+def _ledger_run(run: Path, *, biased: bool, seed: int = 0, n_drop: int = 520, reward_gap: bool = False,
+                overlap: bool = False, reward_by_length: bool = False) -> Path:
     """separate_async throughput workload: 1800 samples, 520 dropped as stale; dropped ones avg 17.7 tokens,
-    consumed ones 4.2 (biased) or the same lengths (unbiased). ``reward_gap``: graded rewards, the dropped
-    samples' 0.2 below the consumed ones'."""
+    consumed ones 4.2 (biased; ``overlap``: 14 and 8, sd 4, so every length has both) or the same lengths
+    (unbiased). ``reward_gap``: graded rewards, the dropped samples' 0.4 below the consumed ones' at every
+    length; ``reward_by_length``: graded rewards that depend on the length alone (0.9 under 11 tokens, 0.2 from
+    11), as long answers fail more often."""
     rng = random.Random(seed)
     recs = _recs(run)
     n = 1800
     for i in range(n):
         drop = i < n_drop
-        if biased:
+        if biased and overlap:
+            tokens = max(1, round(rng.gauss(14, 4) if drop else rng.gauss(8, 4)))
+        elif biased:
             tokens = max(1, round(rng.gauss(17.7, 5))) if drop else max(1, round(rng.gauss(4.2, 1.5)))
         else:
             tokens = max(1, round(rng.gauss(6.0, 3)))
@@ -88,9 +93,10 @@ def _ledger_run(run: Path, *, biased: bool, seed: int = 0, n_drop: int = 520, re
         step = i // 64
         recs["generator"].emit("rollout", step=step, sample_id=sid, group_id=f"g{i // 8}", completion_tokens=tokens)
         recs["driver"].emit("ledger", step=step, sample_id=sid, group_id=f"g{i // 8}", state="generated", tokens=tokens)
-        if reward_gap:
+        if reward_gap or reward_by_length:
+            p = (0.9 if tokens < 11 else 0.2) if reward_by_length else (0.2 if drop else 0.6)
             recs["grader"].emit("grader_call", step=step, sample_id=sid, grader_kind="rule", latency_s=0.01,
-                                outcome="ok", reward=float(rng.random() < (0.2 if drop else 0.6)))
+                                outcome="ok", reward=float(rng.random() < p))
         if drop:
             recs["driver"].emit("ledger", step=step + 1, sample_id=sid, state="dropped", reason="stale", staleness=3)
         else:
@@ -115,15 +121,34 @@ def test_length_biased_drops_are_reported_with_the_ratio(tmp_path: Path):
     assert tokens.observed == pytest.approx(520 * 17.7 / (520 * 17.7 + 1280 * 4.2), abs=0.03)
 
 
-@pytest.mark.parametrize("case", ["reward_gap", "most_dropped"])
+@pytest.mark.parametrize("case", ["reward_gap", "reward_gap_overlapping_lengths", "most_dropped"])
 def test_selection_bias_that_changes_the_gradient_is_a_warning(tmp_path: Path, case: str):
-    run = _ledger_run(tmp_path / case, biased=True, reward_gap=case == "reward_gap",
-                      n_drop=1100 if case == "most_dropped" else 520)
+    run = _ledger_run(tmp_path / case, biased=True, reward_gap=case.startswith("reward_gap"),
+                      overlap=case.endswith("overlapping_lengths"), n_drop=1100 if case == "most_dropped" else 520)
     with rlobs.open_run(run) as rec:
         rep = diagnose(rec, rule_ids=["selection-bias"])
     assert len(rep.findings) == 1 and rep.findings[0].severity == Severity.WARNING
-    if case == "reward_gap":
-        assert any("mean reward" in e.metric for e in rep.findings[0].evidence)
+    if case.startswith("reward_gap"):  # a gap at every length: the drops select on the reward itself
+        gap = next(e for e in rep.findings[0].evidence if e.metric.endswith("mean reward at the same length"))
+        assert gap.observed == pytest.approx(-0.4, abs=0.1)
+        assert "at the same length" in rep.findings[0].title
+
+
+def test_a_reward_gap_that_the_lengths_explain_is_info_with_the_gap_shown(tmp_path: Path):
+    """Long answers fail more often and go stale first: the dropped samples' raw reward is far under the consumed
+    ones', but at the same length it is the same. The rule before 6 Dec 2026 (``length_strata`` 1: the raw means)
+    warned; it is the length bias, reported at info with the raw gap and the reason."""
+    run = _ledger_run(tmp_path / "len", biased=True, overlap=True, reward_by_length=True)
+    with rlobs.open_run(run) as rec:
+        rep = diagnose(rec, rule_ids=["selection-bias"])
+        raw = diagnose(rec, rule_ids=["selection-bias"], thresholds={"selection-bias": {"length_strata": 1}})
+    (f,) = rep.findings
+    assert f.severity == Severity.INFO
+    shown = next(e for e in f.evidence if e.metric.endswith("dropped vs consumed mean reward"))
+    assert shown.observed < -0.25 and "their length explains it" in shown.note
+    assert not any(e.metric.endswith("at the same length") for e in f.evidence)
+    (old,) = raw.findings
+    assert old.severity == Severity.WARNING and any(e.metric.endswith("mean reward") for e in old.evidence)
 
 
 def test_unbiased_drops_are_not_a_finding(tmp_path: Path):
