@@ -31,7 +31,7 @@ from .conftest import REPO, need
 
 # one driver runs six scenarios on shared actors (~6-7 min on an idle 2-core machine): the module's
 # fixture gets more than pytest-timeout's default 10 min per test
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
+pytestmark = [pytest.mark.slow, pytest.mark.heavy, pytest.mark.timeout(1800)]
 
 DRIVER = Path(__file__).with_name("drive_oncall.py")
 RUNS = ("healthy-sync", "healthy-colocate_async", "healthy-separate_async", "slow-grader", "kill-grader",

@@ -33,7 +33,7 @@ from tests.status_channel import StatusPipe
 
 from .conftest import REPO, need
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 DRIVER = Path(__file__).with_name("drive_trainer_ref.py")
 FAULT, EXPECTED_ALERT = "fingerprint_mismatch", "weight-sync-fingerprint-mismatch"

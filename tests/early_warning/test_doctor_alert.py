@@ -89,10 +89,16 @@ def test_the_doctor_alert_fires_at_the_doctors_onset_and_names_the_rule(watched)
     assert a["labels"]["rule"] == "precursor-uncorrected-off-policy" and a["labels"]["component"] == "doctor"
     assert a["labels"]["severity"] == "warning" and a["annotations"]["runbook_url"] == runbook_url("doctor-precursor")
     assert "reports precursor-uncorrected-off-policy since step 9:" in a["annotations"]["description"]
-    # the exporter's target is a process of the run in Prometheus' eyes (component doctor), scraped clean
-    doctor = [t for t in prom.targets() if t["labels"].get("component") == "doctor"]
+    # the exporter's target is a process of the run in Prometheus' eyes (component doctor), scraped clean; the
+    # healthy run's doctor may have registered after the other's alert fired (a slow start on a loaded machine:
+    # the target is then "unknown" until its first scrape), so wait for both to have been scraped
+    def doctors_up() -> list[dict]:
+        doctor = [t for t in prom.targets() if t["labels"].get("component") == "doctor"]
+        return doctor if len(doctor) == len(RUNS) and all(t["health"] == "up" for t in doctor) else []
+
+    doctor = _wait(doctors_up, 30) or [t for t in prom.targets() if t["labels"].get("component") == "doctor"]
     assert {t["labels"]["run"] for t in doctor} == {f"dr-{n}" for n in RUNS}
-    assert all(t["health"] == "up" and t["scrapeUrl"].startswith("http://127.0.0.1:") for t in doctor)
+    assert all(t["health"] == "up" and t["scrapeUrl"].startswith("http://127.0.0.1:") for t in doctor), doctor
     for t in doctor:
         with urllib.request.urlopen(t["scrapeUrl"], timeout=5) as resp:
             body = resp.read()

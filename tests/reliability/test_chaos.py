@@ -21,7 +21,7 @@ import pytest
 
 from tests.trainer_ref.conftest import SMALL, small_config
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 ROOT = Path(__file__).resolve().parents[2]
 
 

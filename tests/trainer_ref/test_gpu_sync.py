@@ -9,7 +9,7 @@ import time
 import pytest
 
 torch = pytest.importorskip("torch")
-pytestmark = [pytest.mark.gpu, pytest.mark.slow,
+pytestmark = [pytest.mark.gpu, pytest.mark.slow, pytest.mark.heavy,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
 
 

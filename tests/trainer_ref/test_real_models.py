@@ -21,7 +21,7 @@ import pytest
 
 from trainer_ref.model_build import SMOLLM2_MISSING, smollm2_available
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 # groups of 8: SmolLM2 copies the number 2 times in 3 at T = 1, so a group of 4 is all-correct one time
 # in 5 and two such steps in a row are a real (if rare) zero-std warning; 8 makes that ~0.2 %
