@@ -37,6 +37,14 @@ def finished(rd: Path) -> bool:
     return (rd / "done.json").exists()
 
 
+def save(out: Path, split: str, res: Mapping[str, object], lines: Sequence[str]) -> None:
+    """A split's scores: ``<out>_<split>.json`` (``res``) and ``.md`` (``lines``), the table printed too."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    Path(f"{out}_{split}.json").write_text(json.dumps(res, indent=1))
+    Path(f"{out}_{split}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
 def cli(splits: Sequence[str], run: Callable[[str, Path, str], None],
         score: Callable[[str, Path, Path], object], root: str, out: Path) -> None:
     """``run | score [--split S] [--root DIR] [--only NAMES] [--out PREFIX]``."""

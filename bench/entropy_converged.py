@@ -26,7 +26,6 @@ frozen in the same commit as this file):
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
@@ -35,7 +34,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `python bench/NAME.py`: bench._plan from the checkout
 
-from bench._plan import cli, finished, record  # noqa: E402
+from bench._plan import cli, finished, record, save  # noqa: E402
 
 OUT = ROOT / "bench/results/entropy_converged"
 # reported apart, as bench/doctor_calib.py does: separate_async's staleness bound drops the long chain answers,
@@ -138,8 +137,6 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
         "runs with selection-bias reported (apart)": sum(bool(r["bias_reported"]) for r in rows.values()),
     }
     res = {"split": split, "summary": summary, "runs": rows}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{out}_{split}.json").write_text(json.dumps(res, indent=1))
     lines = [f"# entropy-collapse on long runs: {split} split", "", *(f"- {k}: {v}" for k, v in summary.items()), "",
              "| run | truth | held-out (first, last 3) | entropy min-max | entropy-collapse | without the guard "
              "| warnings / criticals | selection-bias |", "|---|---|---|---|---|---|---|---|"]
@@ -149,8 +146,7 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
                      f"{r['entropy_collapse'] or '-'} | {r['entropy_collapse_without_guard'] or '-'} | "
                      f"{', '.join(r['warnings']) or '-'} | "
                      f"{', '.join(r['bias_reported']) or '-'} |")
-    Path(f"{out}_{split}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save(out, split, res, lines)
     return res
 
 

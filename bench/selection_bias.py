@@ -39,7 +39,6 @@ is scored:
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -47,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `python bench/NAME.py`: bench._plan from the checkout
 
-from bench._plan import cli, record  # noqa: E402
+from bench._plan import cli, record, save  # noqa: E402
 from bench.early_warning import CLASSES, COMMON, HEALTHY_ASYNC, HEALTHY_ASYNC_NO_IS, HEALTHY_VARIANTS  # noqa: E402
 
 OUT = ROOT / "bench/results/selection_bias"
@@ -131,8 +130,6 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
                                                                for r in rows.values() if not r["healthy"]),
     }
     res = {"split": split, "summary": summary, "runs": rows}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{out}_{split}.json").write_text(json.dumps(res, indent=1))
 
     def ev(b: dict[str, Any] | None, key: str) -> str:
         if not b:
@@ -150,8 +147,7 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
         lines.append(f"| {n} | {'yes' if r['healthy'] else 'no'} | {_sev(b)} | {_sev(r['selection_bias_old'])} | "
                      f"{ev(b, 'completion tokens')} | {ev(r['selection_bias_old'], 'mean reward')} | "
                      f"{ev(b, 'at the same length')} | {', '.join(r['warnings']) or '-'} |")
-    Path(f"{out}_{split}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save(out, split, res, lines)
     return res
 
 

@@ -47,7 +47,6 @@ solved-task test only when its long-run guard could not judge the run (too short
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
 from typing import Any
@@ -55,7 +54,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `python bench/NAME.py`: bench._plan from the checkout
 
-from bench._plan import cli, finished, record  # noqa: E402
+from bench._plan import cli, finished, record, save  # noqa: E402
 
 OUT = ROOT / "bench/results/solved_task"
 BIAS = "selection-bias"
@@ -144,8 +143,6 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
         "runs with selection-bias reported (apart)": sum(bool(r["bias_reported"]) for r in rows.values()),
     }
     res = {"split": split, "summary": summary, "runs": rows}
-    out.parent.mkdir(parents=True, exist_ok=True)
-    Path(f"{out}_{split}.json").write_text(json.dumps(res, indent=1))
     lines = [f"# Solved tasks vs failures: {split} split", "", *(f"- {k}: {v}" for k, v in summary.items()), "",
              "| run | healthy | training reward (first, last) | held-out | entropy min-max | zero-std (before) | "
              "entropy-collapse (before) | oversized-updates (before) | warnings / criticals |",
@@ -154,8 +151,7 @@ def score(split: str, root: Path, out: Path) -> dict[str, Any]:
         cells = " | ".join(f"{r[x] or '-'} ({r[x + ' before'] or '-'})" for x in RULES)
         lines.append(f"| {n} | {r['healthy']} | {r['reward'][:1]} -> {r['reward'][-1:]} | {r['heldout']} | "
                      f"{r['entropy_range']} | {cells} | {', '.join(r['warnings']) or '-'} |")
-    Path(f"{out}_{split}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    save(out, split, res, lines)
     return res
 
 
