@@ -9,6 +9,7 @@ import fcntl
 import os
 import shutil
 import tempfile
+import uuid
 from pathlib import Path
 
 import pytest
@@ -64,11 +65,15 @@ class HeavySlot:
         self.fd: int | None = None
         self.at_group_end: dict[str, list] = {}  # group -> callables to run before the slot is given back
 
+    @staticmethod
+    def path(run: str) -> Path:
+        return Path(tempfile.gettempdir()) / f"rlobs-tests-heavy-{run}.lock"
+
     def acquire(self, config: pytest.Config) -> None:
         run = getattr(config, "workerinput", {}).get("testrunuid")
         if run is None or self.fd is not None:
             return  # not an xdist worker (nothing runs beside it), or already held
-        fd = os.open(Path(tempfile.gettempdir()) / f"rlobs-tests-heavy-{run}.lock", os.O_CREAT | os.O_RDWR, 0o600)
+        fd = os.open(self.path(run), os.O_CREAT | os.O_RDWR, 0o600)
         fcntl.flock(fd, fcntl.LOCK_EX)
         self.fd = fd
 
@@ -82,6 +87,18 @@ class HeavySlot:
 
 
 HEAVY = HeavySlot()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The controller of an xdist run names the run itself, so that it can remove the slot's file at the end."""
+    if getattr(config.option, "numprocesses", None) and getattr(config.option, "testrunuid", "") is None:
+        config.option.testrunuid = uuid.uuid4().hex
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    run = getattr(config.option, "testrunuid", None)
+    if run and not hasattr(config, "workerinput"):  # the controller, after every worker has ended
+        HeavySlot.path(run).unlink(missing_ok=True)
 
 
 def group_of(item: pytest.Item) -> str:

@@ -7,10 +7,11 @@ from __future__ import annotations
 import fcntl
 import multiprocessing as mp
 import os
-import tempfile
 import time
 import types
 import uuid
+
+import pytest
 
 from .conftest import HeavySlot
 
@@ -28,9 +29,16 @@ def _hold(run: str, seconds: float, log) -> None:
     slot.release("g")
 
 
-def test_two_workers_never_hold_the_slot_at_once():
+@pytest.fixture
+def run():
+    run = uuid.uuid4().hex
+    yield run
+    HeavySlot.path(run).unlink(missing_ok=True)
+
+
+def test_two_workers_never_hold_the_slot_at_once(run: str):
     ctx = mp.get_context("spawn")
-    log, run = ctx.Queue(), uuid.uuid4().hex
+    log = ctx.Queue()
     procs = [ctx.Process(target=_hold, args=(run, 1.0, log)) for _ in range(2)]
     for p in procs:
         p.start()
@@ -42,11 +50,11 @@ def test_two_workers_never_hold_the_slot_at_once():
     assert events[2][1] - events[0][1] >= 0.9
 
 
-def test_a_group_end_runs_its_stops_then_frees_the_slot_and_serial_runs_take_nothing():
-    run, held_while_stopping = uuid.uuid4().hex, []
+def test_a_group_end_runs_its_stops_then_frees_the_slot_and_serial_runs_take_nothing(run: str):
+    held_while_stopping = []
 
     def still_held() -> None:  # another open of the lock file cannot take it while the group stops
-        fd = os.open(os.path.join(tempfile.gettempdir(), f"rlobs-tests-heavy-{run}.lock"), os.O_RDWR)
+        fd = os.open(HeavySlot.path(run), os.O_RDWR)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
             held_while_stopping.append(False)
