@@ -25,7 +25,9 @@ from rlobs.failures import FAILURES
 
 from ..dashboards.conftest import need
 
-pytestmark = pytest.mark.slow
+# heavy: not for its memory but its clock: the replay's 5 s windows missed a step's precursor once in five runs on two
+# xdist workers (6 Dec 2026; never serially); in the heavy slot (tests/conftest.py) no Ray / vLLM stack runs beside it
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 DATA = Path(__file__).with_name("data") / "collapse_runs.json"
 ALERT = {r.id: r.name for r in precursor_rules()}  # failure-table id -> its alert's name
