@@ -46,7 +46,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))  # `python bench/NAME.py`: bench._plan from the checkout
 
-from bench._plan import cli, record, save  # noqa: E402
+from bench._plan import cli, finished, record, save  # noqa: E402
 from bench.early_warning import CLASSES, COMMON, HEALTHY_ASYNC, HEALTHY_ASYNC_NO_IS, HEALTHY_VARIANTS  # noqa: E402
 
 OUT = ROOT / "bench/results/selection_bias"
@@ -88,7 +88,7 @@ def _dirs(split: str, root: Path) -> dict[str, tuple[Path, bool]]:
                     out[name] = (r / name, name.startswith("healthy"))
         return out
     return {name: (root / split / name, healthy) for name, (healthy, _, _) in HELDOUT.items()
-            if (root / split / name / "done.json").is_file()}
+            if finished(root / split / name)}
 
 
 def _bias(report: Any) -> dict[str, Any] | None:
