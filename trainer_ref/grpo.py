@@ -175,11 +175,13 @@ class LossParts:
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, gen_logp: torch.Tensor, adv: torch.Tensor,
               mask: torch.Tensor, token_denominator: float, *, clip_eps: float = 0.2, tis_cap: float = 2.0,
               ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
-              entropy: torch.Tensor | None = None) -> LossParts:
+              entropy: torch.Tensor | None = None, entropy_coef: float = 0.0) -> LossParts:
     """Per-token clipped surrogate with TIS weights, summed and divided by the global token count.
 
     logp (B, T): current policy (requires grad); old_logp (B, T): proximal policy (detached);
     gen_logp (B, T): behaviour policy from the generator; adv (B,): sequence advantage; mask (B, T).
+    ``entropy`` (B, T): the current policy's token entropy, reported; with ``entropy_coef`` != 0 it must carry the
+    graph: the loss subtracts ``entropy_coef`` x entropy per token (verl's ``entropy_coeff``: > 0 a bonus).
     """
     adv_t = adv.unsqueeze(-1)  # (B, 1)
     ratio = torch.exp(logp - old_logp)
@@ -192,6 +194,8 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, gen_logp: torch.Tensor
         kl_tok = k3(ref_logp - logp)
         per_tok = per_tok + kl_coef * kl_tok
         kl_val = float((kl_tok.detach() * mask).sum())
+    if entropy_coef and entropy is not None:
+        per_tok = per_tok - entropy_coef * entropy
     loss = (per_tok * mask).sum() / token_denominator
     m = mask > 0
     wm = w_raw[m]

@@ -199,8 +199,9 @@ class Trainer:
         for _ in range(self.epochs - 1):
             self.opt.zero_grad(set_to_none=True)
             for ids, attn, mask, first, old, gen, ref, adv in b.replay:
-                logp, _ = grpo.token_logprobs(self.model, ids, self.pad_id, attention_mask=attn, first=first)
-                self._loss(logp, old, gen, adv, mask, token_den, ref).loss.backward()
+                logp, ent = grpo.token_logprobs(self.model, ids, self.pad_id, attention_mask=attn, first=first,
+                                                with_entropy=bool(self.cfg.get("entropy_coef")))
+                self._loss(logp, old, gen, adv, mask, token_den, ref, entropy=ent).loss.backward()
             if self.world > 1:
                 dp.all_reduce_grads(self.model)
             if not math.isfinite(float(torch.nn.utils.clip_grad_norm_(self.model.parameters(),
@@ -213,7 +214,8 @@ class Trainer:
         """``grpo.grpo_loss`` with this run's clip, importance-correction cap and KL coefficient."""
         return grpo.grpo_loss(logp, old, gen, adv, mask, token_den, clip_eps=float(self.cfg["clip_eps"]),
                               tis_cap=float(self.cfg["tis_cap"]), ref_logp=ref,
-                              kl_coef=float(self.cfg.get("kl_coef", 0)), entropy=entropy)
+                              kl_coef=float(self.cfg.get("kl_coef", 0)), entropy=entropy,
+                              entropy_coef=float(self.cfg.get("entropy_coef", 0) or 0))
 
     def _policy_kl(self, b: "_Backward") -> float | None:
         """How far this step's update moved the policy: KL(before || after) per token on up to

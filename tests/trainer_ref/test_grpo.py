@@ -160,3 +160,27 @@ def test_a_failing_policy_kl_rescore_costs_the_step_nothing():
     assert Trainer._policy_kl(me, b) is None
     assert me.cfg["policy_change_samples"] == 0
     assert Trainer._policy_kl(me, _Backward()) is None  # nothing kept to re-score: not measured
+
+
+def test_entropy_coefficient_subtracts_the_token_mean_entropy_and_its_gradient_flows():
+    """verl's ``entropy_coeff``: the loss falls by coef x the entropy of the scored tokens (over the same token
+    denominator as the surrogate); a masked token's entropy counts for nothing; the gradient reaches the logits."""
+    logits = torch.tensor([[[2.0, 0.0, -1.0], [0.5, 0.5, 0.0]], [[0.0, 0.0, 0.0], [3.0, -3.0, 0.0]]],
+                          requires_grad=True)
+    logp_all = torch.log_softmax(logits, -1)
+    logp = logp_all[..., 0]
+    ent = -(logp_all.exp() * logp_all).sum(-1)
+    mask = torch.tensor([[1.0, 1.0], [1.0, 0.0]])
+    adv = torch.tensor([0.0, 0.0])  # no policy-gradient term: only the entropy's
+    base = grpo.grpo_loss(logp, logp.detach(), logp.detach(), adv, mask, 3.0, entropy=ent)
+    bonus = grpo.grpo_loss(logp, logp.detach(), logp.detach(), adv, mask, 3.0, entropy=ent, entropy_coef=0.1)
+    scored = float((ent.detach() * mask).sum())
+    assert float(base.loss.detach()) == 0.0
+    assert math.isclose(float(bonus.loss.detach()), -0.1 * scored / 3.0, rel_tol=1e-6)
+    assert math.isclose(bonus.entropy_sum, scored, rel_tol=1e-6)
+    bonus.loss.backward()
+    assert logits.grad[0].abs().sum() > 0 and logits.grad[1, 1].abs().sum() == 0  # the masked token: no gradient
+    # a bonus step (-grad) raises the entropy of a peaked token; a minimising coefficient would lower it
+    with torch.no_grad():
+        stepped = torch.log_softmax(logits - 1.0 * logits.grad, -1)
+        assert -(stepped.exp() * stepped).sum(-1)[0, 0] > ent[0, 0]
