@@ -227,10 +227,19 @@ def staleness_growing(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     ``max_staleness``) more than ``rise_versions`` above its early median for ``min_steps`` consecutive
     steps; without staleness distributions, the share of consumed samples that were stale (verl's cumulative
     ``stale_samples_processed`` over ``total_generated_samples``, per step) more than ``rise_share`` above its
-    early median."""
+    early median. Under trainer_ref's completion basis (``staleness.staleness_basis``) the staleness is the one its
+    bound is checked on, from the group's newest token version: a group resumed across weight syncs keeps older
+    first tokens by design, and their dispatch staleness swings with how many are resumed."""
+    from rlobs.doctor.rules.staleness import completion_staleness_per_step, staleness_basis
+
     series: list[tuple[int, float]] = []
     label = ""
-    if ctx.count("staleness"):
+    if staleness_basis(ctx) == "completion":
+        series = [(s, mean) for s, _, mean in completion_staleness_per_step(ctx)]
+        label = "mean staleness from the group's newest token version (the bound's completion basis)"
+        if not series:
+            return missing(ctx, "staleness-growing", "the completion basis without rollout token versions")
+    if not series and ctx.count("staleness"):
         for col in ("mean_staleness", "max_staleness"):
             series = per_step(ctx, f"SELECT step, max({col}) FROM staleness WHERE step IS NOT NULL"
                                    f"{ctx.step_filter()} GROUP BY step ORDER BY step")
@@ -274,12 +283,12 @@ def staleness_growing(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
 def _over_bound(ctx: RunContext, first: int, last: int) -> bool:
     """staleness-over-bound fires on these steps (its default limit, or the configured bound)."""
     from rlobs.doctor.model import registry
-    from rlobs.doctor.rules.staleness import configured_bound, max_staleness_per_step
+    from rlobs.doctor.rules.staleness import bounded_staleness_per_step, configured_bound
 
     warn = registry()["staleness-over-bound"].thresholds["warn_versions"]
     bound = configured_bound(ctx)
     limit = bound if bound is not None and bound <= warn else warn
-    return any(v > limit for s, v in max_staleness_per_step(ctx) if s >= first)
+    return any(v > limit for s, v in bounded_staleness_per_step(ctx) if s >= first)
 
 
 _PARITY = (  # column, absolute floor above the early median
