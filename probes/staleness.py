@@ -135,6 +135,7 @@ class BatchStaleness:
     max_age_s: float
     importance: ISStats | None
     correction_cap: float | None = None
+    max_bounded_staleness: int | None = None
 
     def fields(self) -> dict[str, Any]:
         """The ``staleness`` event fields."""
@@ -145,7 +146,7 @@ class BatchStaleness:
             "mean_age_s": self.mean_age_s, "max_age_s": self.max_age_s,
             "is_ratio_mean": imp.mean if imp else None, "is_ratio_max": imp.max if imp else None,
             "is_clipped_ratio": imp.clipped_ratio if imp else None, "ess_ratio": imp.ess_ratio if imp else None,
-            "is_correction_cap": self.correction_cap,
+            "is_correction_cap": self.correction_cap, "max_bounded_staleness": self.max_bounded_staleness,
         }
 
 
@@ -200,11 +201,15 @@ class StalenessProbe:
     def consume(self, sample_ids: Sequence[str], tags: Sequence[VersionTag | Mapping[str, Any]],
                 trainer_version: int, *, gen_logprobs: Any = None, train_logprobs: Any = None,
                 mask: Any = None, now_ns: int | None = None, tokens: Sequence[int] | None = None,
-                emit_ledger: bool = True) -> BatchStaleness:
+                emit_ledger: bool = True, bounded_staleness: Sequence[int] | None = None) -> BatchStaleness:
         """Measure one consumed batch: a ledger ``consumed`` per sample and one ``staleness`` event.
 
         gen_logprobs / train_logprobs: per-token log-probs of the batch (ragged list or padded + mask)
             for the importance-ratio stats; omit both to skip them.
+        bounded_staleness: per sample, the staleness the consumer's bound was checked on when that is not the
+            dispatch staleness (trainer_ref's completion basis: trainer version - the newest token version of the
+            sample's group; a resumed group keeps older first tokens by design). Recorded as
+            ``max_bounded_staleness`` beside the dispatch ``max_staleness``, which stays what it is.
         """
         if len(sample_ids) != len(tags):
             raise ValueError(f"{len(sample_ids)} sample ids but {len(tags)} tags")
@@ -223,11 +228,17 @@ class StalenessProbe:
                 warn_limited("staleness.is", "staleness probe: importance stats skipped: %s: %s",
                              type(exc).__name__, exc)
         n = len(stal)
+        bounded = [int(x) for x in bounded_staleness] if bounded_staleness is not None else None
+        if bounded is not None and len(bounded) != n:
+            warn_limited("staleness.bounded", "staleness probe: %d bounded staleness values for %d samples; ignored",
+                         len(bounded), n)
+            bounded = None
         result = BatchStaleness(
             samples=n, histogram=dict(Counter(stal)), max_staleness=max(stal) if n else None,
             mean_staleness=float(sum(stal)) / n if n else math.nan,
             mean_age_s=float(sum(ages)) / n if n else math.nan, max_age_s=max(ages) if n else math.nan,
             importance=imp, correction_cap=self.correction_cap,
+            max_bounded_staleness=max(bounded) if bounded else None,
         )
         recorder_or_global(self._recorder).emit("staleness", **result.fields())
         return result

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-SCHEMA_VERSION = "1.5"  # 1.5: train_step.policy_kl; 1.4: staleness.is_correction_cap; 1.3: weight_sync.path; 1.2: parity.mean_abs_dprob / max_abs_dprob, kind rollout_summary (importers)
+SCHEMA_VERSION = "1.6"  # 1.6: staleness.max_bounded_staleness; 1.5: train_step.policy_kl; 1.4: staleness.is_correction_cap; 1.3: weight_sync.path; 1.2: parity.mean_abs_dprob / max_abs_dprob, kind rollout_summary (importers)
 SCHEMA_MAJOR = 1
 
 # Phases in which a trainer takes no optimiser step on purpose (a held-out evaluation, a checkpoint save, the drain
@@ -161,6 +161,9 @@ _KIND_LIST: tuple[Kind, ...] = (
         F("is_clipped_ratio", "float64", "share of tokens whose importance ratio was truncated"),
         F("ess_ratio", "float64", "effective sample size / tokens"),
         F("is_correction_cap", "float64", "importance-ratio cap the loss applies (0: samples used uncorrected)"),
+        F("max_bounded_staleness", "int64", "max staleness on the basis the consumer's bound is checked on, where that "
+          "is not dispatch (trainer_ref --staleness-basis completion: trainer version - the group's newest token "
+          "version); absent: the bound is on max_staleness"),
     )),
     Kind("weight_sync", "one boundary span of one weight sync", (
         F("version", "int64", "policy version being synced"),

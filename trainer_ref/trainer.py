@@ -297,9 +297,13 @@ class Trainer:
         """The advantage, staleness (importance statistics) and parity probes of this rank's shard."""
         P = telemetry.probe()
         P.adv.observe(rewards, advantages=advs, token_denominator=token_den, step=step)
+        bounded = None
+        if self.cfg.get("staleness_basis") == "completion":  # what admission checked the bound on, per sample
+            bounded = [self.version - max(x.get("max_token_version", x["dispatch_version"]) for x in g["samples"])
+                       for g in groups for _ in g["samples"]]
         P.staleness.consume([s["sample_id"] for s in samples], [telemetry.dispatch_tag(s) for s in samples], self.version,
                             gen_logprobs=b.gen_lp, train_logprobs=b.train_lp, emit_ledger=False,
-                            tokens=[len(s["completion_ids"]) for s in samples])
+                            tokens=[len(s["completion_ids"]) for s in samples], bounded_staleness=bounded)
         # parity compares log-probs of the same weights: only samples generated entirely by this version
         fresh = [i for i, s in enumerate(samples) if s["min_token_version"] == s["max_token_version"] == self.version]
         P.parity.observe([b.gen_lp[i] for i in fresh], [b.train_lp[i] for i in fresh],

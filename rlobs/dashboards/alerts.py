@@ -371,11 +371,16 @@ RULES: tuple[AlertRule, ...] = (
                      labels={"fault": "actor_restart:grader"}, not_yet_min=5, firing_min=6, component="driver")),
     AlertRule(
         "staleness-over-bound", "warning",
-        _gt(agg("max", series("rlobs_staleness_max_versions", ALERT), GROUP), T.staleness_max_versions), "2m",
+        # the staleness the run's bound is checked on: from the group's newest token version where the run says so
+        # (trainer_ref --staleness-basis completion: a resumed group keeps older first tokens by design), else from
+        # dispatch
+        _gt(f"({agg('max', series('rlobs_staleness_bounded_max_versions', ALERT), GROUP)} or "
+            f"{agg('max', series('rlobs_staleness_max_versions', ALERT), GROUP)})", T.staleness_max_versions), "2m",
         "Samples older than the staleness bound are being trained on ({{ $labels.run }})",
         "The last consumed batch of {{ $labels.component }} in run {{ $labels.run }} had samples "
-        f"{{{{ $value | humanize }}}} policy versions old (bound {T.staleness_max_versions}). Either the "
-        "max-staleness filter is off or the generator runs far ahead of the trainer.",
+        f"{{{{ $value | humanize }}}} policy versions old (bound {T.staleness_max_versions}; counted on the basis the "
+        "run's bound is checked on). Either the max-staleness filter is off or the generator runs far ahead of the "
+        "trainer.",
         PromtoolCase((("rlobs_staleness_max_versions", {}, "1x5 12x14"),), "12", not_yet_min=7, firing_min=8)),
     AlertRule(
         "weight-sync-boundary-failed", "critical",

@@ -186,7 +186,7 @@ def test_every_rate_or_silence_based_alert_is_gated_on_its_process_running():
 
 def test_promtool_unit_tests_catch_a_broken_rule(tmp_path):
     """The promtool cases are not vacuous: weaken one threshold and its case fails."""
-    rules = a.rules_yaml().replace("(rlobs_staleness_max_versions) > 4", "(rlobs_staleness_max_versions) > 40")
+    rules = a.rules_yaml().replace("(rlobs_staleness_max_versions)) > 4", "(rlobs_staleness_max_versions)) > 40")
     assert rules != a.rules_yaml()
     (tmp_path / "alerts.yaml").write_text(rules)
     (tmp_path / "alerts_test.yaml").write_text(a.promtool_tests_yaml())
@@ -465,5 +465,38 @@ def test_heartbeat_lost_is_measured_by_the_runs_own_steps(tmp_path):
              {14: None, 18: None, 22: None, 30: None})]}
     (tmp_path / "silence_test.yaml").write_text(yaml.safe_dump(doc))
     out = subprocess.run([need("promtool"), "test", "rules", "silence_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def test_staleness_over_bound_reads_the_bounds_basis(tmp_path):
+    """trainer_ref's completion basis bounds the group's newest token version; a resumed group's first tokens are
+    older by design. The thirty-eighth early-warning run's healthy completion-basis runs: dispatch staleness 6-7,
+    the bounded one at most 2. The alert reads ``rlobs_staleness_bounded_max_versions`` where the run exports it
+    and the dispatch gauge elsewhere. A real promtool evaluates the committed rule at 10 minutes."""
+    labels = {**a.CASE_LABELS}
+
+    def sel(name: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+    def case(name: str, dispatch: str, bounded: str | None, fires: bool, value: str = "") -> dict:
+        series = [{"series": sel("rlobs_staleness_max_versions"), "values": dispatch},
+                  {"series": sel("up"), "values": "1x12"}]
+        if bounded is not None:
+            series.append({"series": sel("rlobs_staleness_bounded_max_versions"), "values": bounded})
+        r = a.rule("staleness-over-bound")
+        alert = {**r.labels, "run": "r1", "component": "trainer"}
+        got = [{"exp_labels": alert, "exp_annotations": {k: a._render(v, alert, value)
+                                                         for k, v in r.annotations().items()}}] if fires else []
+        return {"name": name, "interval": "1m", "input_series": series,
+                "alert_rule_test": [{"eval_time": "10m", "alertname": r.name, "exp_alerts": got}]}
+
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml")], "evaluation_interval": "1m", "tests": [
+        case("completion basis: dispatch 7, bounded 2", "7x12", "2x12", fires=False),
+        case("completion basis: the bounded staleness over the bound", "7x12", "6x12", fires=True, value="6"),
+        case("dispatch basis (no bounded gauge): dispatch 7", "7x12", None, fires=True, value="7"),
+        case("dispatch basis: within the bound", "2x12", None, fires=False)]}
+    (tmp_path / "basis_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "basis_test.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr

@@ -99,3 +99,24 @@ def test_completion_basis_without_token_versions_is_insufficient_not_judged_on_d
     assert found == {}
     assert "newest token" in insufficient["staleness-over-bound"]
     assert "token versions" in insufficient["staleness-growing"]
+
+
+def test_the_staleness_the_consumer_recorded_its_bound_on_is_read_first(tmp_path: Path):
+    """A consumer that records ``max_bounded_staleness`` (the staleness probe's ``bounded_staleness``, schema 1.6)
+    is judged on it, also without trainer_ref's config: dispatch staleness 5 with the bounded one at 1 is within a
+    bound of 2; the bounded one at 3 is over it."""
+    for name, bounded, over in (("within", 1, False), ("over", 3, True)):
+        run = tmp_path / name
+        rec = rlobs.init(run, component="trainer", prometheus=False, set_global=False, flush_interval=3600,
+                         config={"mode": "separate_async", "max_staleness": 2})
+        for step in range(STEPS):
+            rec.emit("staleness", step=step, samples=8, max_staleness=5, mean_staleness=3.0,
+                     max_bounded_staleness=bounded if step >= 10 else 1)
+            rec.emit("train_step", step=step, loss=0.5, grad_norm=1.0)
+        assert rec.flush(10.0)
+        rec.close()
+        found, _ = _findings(run)
+        assert ("staleness-over-bound" in found) == over, (name, found)
+        if over:
+            f = found["staleness-over-bound"]
+            assert f.severity == Severity.CRITICAL and f.first_step == 10 and f.evidence[0].observed == 3

@@ -119,3 +119,23 @@ def test_the_correction_the_loss_applies_travels_with_the_batch(live):
     assert b.fields()["is_correction_cap"] == 0.0 and b.importance.ess_ratio < 0.8
     assert live.value("rlobs_importance_correction_cap") == 0.0
     assert StalenessProbe().consume(["b"], [_tag(5, 1.0)], 5, now_ns=BASE).fields()["is_correction_cap"] is None
+
+
+def test_a_bound_on_another_basis_travels_beside_the_dispatch_staleness(live, caplog):
+    """trainer_ref's completion basis: the staleness its bound was checked on (from the group's newest token
+    version) is recorded as ``max_bounded_staleness`` and its gauge; the dispatch staleness stays what it is. A
+    consumer that bounds dispatch records nothing there; a wrong-length list is reported and ignored, never raised
+    into training."""
+    tags = [_tag(1, 1.0), _tag(1, 1.0), _tag(5, 1.0)]  # two samples of a group dispatched 5 versions back
+    b = StalenessProbe().consume(["a", "b", "c"], tags, 6, now_ns=BASE, bounded_staleness=[2, 2, 1])
+    assert (b.max_staleness, b.fields()["max_bounded_staleness"]) == (5, 2)
+    assert live.value("rlobs_staleness_max_versions") == 5.0
+    assert live.value("rlobs_staleness_bounded_max_versions") == 2.0
+    assert StalenessProbe().consume(["d"], [_tag(5, 1.0)], 6, now_ns=BASE).fields()["max_bounded_staleness"] is None
+    with caplog.at_level("WARNING"):
+        odd = StalenessProbe().consume(["e", "f"], [_tag(5, 1.0)] * 2, 6, now_ns=BASE, bounded_staleness=[1])
+    assert odd.max_bounded_staleness is None and odd.max_staleness == 1
+    assert "bounded staleness values for 2 samples" in caplog.text
+    rec = live.close_and_open()
+    assert rows(rec, "select max_staleness, max_bounded_staleness from staleness order by mono_ns") == [
+        (5, 2), (1, None), (1, None)]

@@ -201,3 +201,26 @@ def test_run_record_has_every_component(stack):
     assert lag_ok
     bad = rec.sql("select count(*) from ledger where state = 'consumed' and staleness > 2").fetchall()[0][0]
     assert bad == 0
+
+
+def test_completion_basis_records_the_staleness_its_bound_holds(stack, tmp_path):
+    """``--staleness-basis completion``: groups resumed across weight syncs are kept while their newest tokens are
+    within the bound. Every consumed batch records that staleness (``max_bounded_staleness``) beside the dispatch
+    one, never above the bound nor above the dispatch staleness, and the doctor judges the bound on it: no
+    staleness finding on a run that kept its bound (on the thirty-eighth early-warning run's healthy completion-basis
+    runs the dispatch reading was a critical)."""
+    import rlobs
+    from rlobs.doctor import Severity, diagnose
+    from trainer_ref.run import train
+
+    actors, model_dir, _ = stack
+    run_dir = tmp_path / "completion"
+    s = train(small_config(run_dir, mode="separate_async", steps=6, max_staleness=1, staleness_basis="completion"),
+              actors=actors, model_dir=model_dir)
+    assert s["steps"] == 6
+    time.sleep(1.0)  # actors' recorders flush every 0.5 s
+    with rlobs.open_run(run_dir) as rec:
+        rows = rec.sql("select step, max_staleness, max_bounded_staleness from staleness order by step").fetchall()
+        assert len(rows) == 6 and all(b is not None and 0 <= b <= min(1, d) for _, d, b in rows), rows
+        report = diagnose(rec, rule_ids=["staleness-over-bound", "staleness-growing"])
+    assert [f for f in report.findings if f.severity >= Severity.WARNING] == [], rows

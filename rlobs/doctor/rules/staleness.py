@@ -56,16 +56,30 @@ def staleness_basis(ctx: RunContext) -> str:
     that wrote any of a group's tokens, so a group resumed across weight syncs is kept; its older tokens are
     importance-corrected)."""
     basis = ctx.cfg("staleness_basis", "staleness.staleness_basis", "trainer.staleness_basis")
-    return "completion" if basis == "completion" else "dispatch"
+    if basis == "completion" or _recorded_bounded(ctx):
+        return "completion"
+    return "dispatch"
+
+
+def _recorded_bounded(ctx: RunContext) -> bool:
+    """The consumer recorded the staleness its bound is checked on (``staleness.max_bounded_staleness``, schema
+    1.6: the staleness probe's ``bounded_staleness``)."""
+    return bool(ctx.count("staleness")) and ctx.memo("recorded_bounded", lambda: bool(ctx.scalar(
+        "SELECT count(max_bounded_staleness) FROM staleness")))
 
 
 def bounded_staleness_per_step(ctx: RunContext) -> list[tuple[int, int]]:
     """(step, max staleness of the samples it consumed) on the basis the run's bound is checked on: the dispatch
-    staleness (``max_staleness_per_step``), or under the completion basis the trainer version at consumption minus
-    the newest token version of the sample's group (the ledger's consumed staleness plus the sample's dispatch
-    version, from its ``rollout`` event; empty when the rollouts carry no token versions)."""
+    staleness (``max_staleness_per_step``), or under the completion basis what the consumer recorded as
+    ``max_bounded_staleness``, or else (records before schema 1.6) the trainer version at consumption minus the
+    newest token version of the sample's group (the ledger's consumed staleness plus the sample's dispatch version,
+    from its ``rollout`` event; empty when the rollouts carry no token versions)."""
     if staleness_basis(ctx) == "dispatch":
         return max_staleness_per_step(ctx)
+    if _recorded_bounded(ctx):
+        return [(int(s), int(v)) for s, v in ctx.rows(
+            "SELECT step, max(max_bounded_staleness) v FROM staleness WHERE step IS NOT NULL"
+            f"{ctx.step_filter()} GROUP BY step HAVING v IS NOT NULL ORDER BY step")]
     return [(s, int(mx)) for s, mx, _ in completion_staleness_per_step(ctx)]
 
 
