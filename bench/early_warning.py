@@ -702,6 +702,14 @@ HEALTHY_VARIANTS.update({k: (what, args, RUN38_TUNE + RUN38_HELDOUT, 60) for k, 
 VARIANT_CALIBRATION.update({k: RUN38_TUNE for k in RUN38_SETTINGS})
 RUN38_TUNE_NAMES = [f"{k}-s{s}" for k in RUN38_SETTINGS for s in RUN38_TUNE]
 RUN38_HELDOUT_NAMES = [f"{k}-s{s}" for k in RUN38_SETTINGS for s in RUN38_HELDOUT]
+# Tune look (bench/results/early_warning_run38_tune.md): precursors 0 of 20; the whole doctor: a staleness-over-bound
+# critical on both completion-basis runs (dispatch staleness 6-7 at bound 2; the newest tokens' staleness, which the
+# bound holds, at most 2), and once read on that basis, staleness-growing on one. Fix frozen at fdf9b02 (the rules
+# count staleness on the bound's basis), then the held-out runs trained (09:02-09:26 UTC). Scored once
+# (early_warning_run38_heldout.md; the frozen fdf9b02 and the tree after 0ef64d3, which records that staleness in
+# the staleness event, give the same table): 0 warnings or criticals of any rule on the 30 held-out runs (before
+# the fix: a critical on 3 of 3 completion-basis runs). The bench's drop fired on 11 of 30, held-out success within
+# 0.09 of its best on 10; healthy-async-completion-s204 held out 0.56 -> 0.41 at its lowest, 0.48 at the end
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}

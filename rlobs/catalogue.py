@@ -169,7 +169,7 @@ METRICS: tuple[MetricSpec, ...] = (
     _m("rlobs_staleness_bounded_max_versions", "gauge", "versions",
        "Max staleness in the last consumed batch on the basis the run's bound is checked on, where not dispatch "
        "(trainer_ref --staleness-basis completion: from the group's newest token version).",
-       (), S("staleness", "set", "max_bounded_staleness")),
+       (), S("staleness", "set", "max_bounded_staleness", absent_until_set=True)),
     _m("rlobs_staleness_mean_versions", "gauge", "versions", "Mean staleness in the last consumed batch.",
        (), S("staleness", "set", "mean_staleness")),
     _m("rlobs_importance_ratio_max", "gauge", "1", "Max importance-sampling ratio in the last batch.",

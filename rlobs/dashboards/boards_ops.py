@@ -79,8 +79,9 @@ def overview() -> Board:
     ))
     families = Row("Probe families at a glance", (
         stat("Max staleness", m.unit_of("rlobs_staleness_max_versions"),
-             "Max policy-version staleness in the last consumed batch (alert bound "
-             f"{T.staleness_max_versions}).", q(s.gauge("rlobs_staleness_max_versions", D)),
+             "Max policy-version staleness in the last consumed batch, counted as the alert counts it: on the basis "
+             "the run's bound is checked on (from the group's newest token version under trainer_ref's completion "
+             f"basis), else from dispatch (alert bound {T.staleness_max_versions}).", q(_bounded_staleness()),
              thresholds=m.traffic_light(T.staleness_max_versions, T.staleness_max_versions + 1)),
         stat("Weight-sync failures (1h)", m.COUNT,
              "Boundary spans that ended in error, torn read or fingerprint mismatch in the last hour.",
@@ -115,9 +116,11 @@ def overview() -> Board:
     trends = Row("Trends", (
         ts("Throughput by component", m.SAMPLES_PER_SECOND, "Samples per second each side produces or consumes.",
            q(s.gauge("rlobs_throughput_samples_per_second", D, "sum", ("component",)), "{{component}}")),
-        ts("Staleness", m.VERSIONS, "Max and mean staleness of consumed batches.",
+        ts("Staleness", m.VERSIONS, "Max and mean staleness of consumed batches (from dispatch), and the max on "
+           "the basis the run's bound is checked on where that is another (trainer_ref's completion basis).",
            q(s.gauge("rlobs_staleness_max_versions", D), "max"),
-           q(s.gauge("rlobs_staleness_mean_versions", D), "mean")),
+           q(s.gauge("rlobs_staleness_mean_versions", D), "mean"),
+           q(s.gauge("rlobs_staleness_bounded_max_versions", D), "max, the bound's basis")),
         ts("Policy lag p95", m.SECONDS, "From optimiser step to the generator serving that version.",
            _p(0.95, "rlobs_weight_sync_policy_lag_seconds")),
     ))
@@ -169,14 +172,26 @@ def weight_sync() -> Board:
                  (boundaries, correctness, transfer))
 
 
+def _bounded_staleness() -> str:
+    """Max staleness per run on the basis its bound is checked on (``rlobs_staleness_bounded_max_versions`` where
+    the run exports it, else the dispatch gauge), the most over the runs shown: what ``RlobsStalenessOverBound``
+    compares with its bound."""
+    per_run = (f"{s.gauge('rlobs_staleness_bounded_max_versions', D, 'max', ('run',))} or "
+               f"{s.gauge('rlobs_staleness_max_versions', D, 'max', ('run',))}")
+    return f"max({per_run})"
+
+
 def staleness_throughput() -> Board:
     staleness = Row("Staleness", (
         m.Panel("Staleness of consumed samples", "heatmap", m.VERSIONS,
                 (q(s.heatmap_buckets("rlobs_sample_staleness_versions", D), "{{le}}", format="heatmap"),),
                 "Histogram of trainer version - dispatch version at consumption, over time.", width=12),
         ts("Staleness: max, mean, predicted", m.VERSIONS,
-           "Measured staleness and the equilibrium the generator/trainer rates predict.",
+           "Measured staleness (from dispatch), the max on the basis the run's bound is checked on where that is "
+           "another (trainer_ref's completion basis: from the group's newest token version, what the alert reads) "
+           "and the equilibrium the generator/trainer rates predict.",
            q(s.gauge("rlobs_staleness_max_versions", D), "max"), q(s.gauge("rlobs_staleness_mean_versions", D), "mean"),
+           q(s.gauge("rlobs_staleness_bounded_max_versions", D), "max, the bound's basis"),
            q(s.gauge("rlobs_predicted_staleness_versions", D), "predicted"), width=12),
         ts("Sample age at consumption", m.SECONDS, "Age of consumed samples.",
            _p(0.5, "rlobs_sample_age_seconds"), _p(0.95, "rlobs_sample_age_seconds")),

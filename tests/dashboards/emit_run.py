@@ -50,7 +50,10 @@ class Run:
         self.faults, self.onset, self.period = faults, onset, period
         self.rng = random.Random(seed)
         hashes = {"tokenizer": "tok-1", "chat_template": "tpl-1", "sampling": "samp-1"}
-        cfg = {"mode": "separate_async", "max_staleness": 4, "group_size": 8, "faults": faults}
+        # the faulty run bounds staleness on the completion (trainer_ref --staleness-basis completion) and records
+        # what it bounds (staleness.max_bounded_staleness): the staleness alert reads it; the healthy run bounds dispatch
+        cfg = {"mode": "separate_async", "max_staleness": 4, "group_size": 8, "faults": faults,
+               **({"staleness_basis": "completion"} if faults else {})}
 
         def start(component: str, rank: int = 0) -> Any:
             return rlobs.init(run_dir, component=component, rank=rank, run_id=run_id, config=cfg, hashes=hashes,
@@ -80,13 +83,14 @@ class Run:
             rec.set_step(step)
             rec.set_policy_version(step)
         staleness = r.choice((10, 11, 12)) if bad else r.choice((0, 1, 1, 2))
+        newest = max(0, staleness - 1)  # the newest tokens' staleness: one version newer than the dispatch
         # generator: rollouts, ledger, queue, throughput
         for i in range(8):
             sid = f"s{step}-{i}"
             tokens = r.randint(40, 400)
             self.emit(self.gen, "rollout", sample_id=sid, group_id=f"g{step}-{i // 4}", prompt_id=f"p{i}",
                       dispatch_version=step - staleness, min_token_version=step - staleness,
-                      max_token_version=step, prompt_tokens=64, completion_tokens=tokens,
+                      max_token_version=step - newest, prompt_tokens=64, completion_tokens=tokens,
                       finish_reason="length" if i == 7 else "stop", gen_seconds=r.uniform(0.5, 3.0))
             self.emit(self.gen, "ledger", sample_id=sid, group_id=f"g{step}", state="generated", tokens=tokens)
             self.emit(self.buffer, "ledger", sample_id=sid, group_id=f"g{step}", state="consumed", tokens=tokens,
@@ -133,7 +137,8 @@ class Run:
         self.emit(t0, "staleness", samples=8, max_staleness=staleness, mean_staleness=staleness * 0.8,
                   histogram=json.dumps({str(staleness): 8}), mean_age_s=3.0, max_age_s=6.0,
                   is_ratio_mean=1.0 + 0.1 * staleness, is_ratio_max=1.2 + 0.5 * staleness,
-                  is_clipped_ratio=0.3 if bad else 0.01, ess_ratio=0.6 if bad else 0.97, is_correction_cap=2.0)
+                  is_clipped_ratio=0.3 if bad else 0.01, ess_ratio=0.6 if bad else 0.97, is_correction_cap=2.0,
+                  max_bounded_staleness=newest if self.faults else None)
         nonfinite = bad and step % 2 == 0
         spike = bad and not nonfinite
         grad = math.nan if nonfinite else (1.2e4 if spike else r.uniform(0.8, 1.5))

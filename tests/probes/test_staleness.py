@@ -139,3 +139,13 @@ def test_a_bound_on_another_basis_travels_beside_the_dispatch_staleness(live, ca
     rec = live.close_and_open()
     assert rows(rec, "select max_staleness, max_bounded_staleness from staleness order by mono_ns") == [
         (5, 2), (1, None), (1, None)]
+
+
+def test_a_consumer_that_bounds_dispatch_exports_no_bounded_gauge(live):
+    """No ``rlobs_staleness_bounded_max_versions`` series at all (not a 0) from a consumer that bounds dispatch:
+    the staleness alert reads the bounded gauge where a run has one and the dispatch gauge otherwise, and a series
+    at 0 would hide the dispatch staleness from it."""
+    StalenessProbe().consume(["a"], [_tag(1, 1.0)], 6, now_ns=BASE)
+    got = live.scrape()
+    assert got["rlobs_staleness_max_versions"] == [({}, 5.0)]
+    assert "rlobs_staleness_bounded_max_versions" not in got
