@@ -24,7 +24,9 @@ PROBES_DIR = Path(probes.__file__).resolve().parent
 # each is asserted on /metrics in its own test
 # (test_advantage: 2 gloo ranks disagree; test_weight_sync: torn read; test_ledger_liveness: duplicates)
 FAULT_ONLY = {"rlobs_advantage_rank_disagreements_total", "rlobs_weight_sync_torn_reads_total",
-              "rlobs_ledger_duplicate_transitions_total"}
+              "rlobs_ledger_duplicate_transitions_total",
+              # only from a consumer whose staleness bound is not on dispatch (tests/probes/test_staleness.py)
+              "rlobs_staleness_bounded_max_versions"}
 PROBE_KINDS = {"rollout", "grader_call", "grader_inflight", "train_step", "advantage", "staleness", "weight_sync",
                "queue", "throughput", "parity", "parity_sample", "heartbeat", "phase", "ledger", "goodput"}
 
