@@ -2,9 +2,8 @@
 
     python tests/dashboards/drive_trainer_ref.py RUN_DIR [--fault NAME] [--steps N] [--onset K]
 
-Trains ``separate_async`` (staleness bounded on the completion) on the tiny model with ``--prometheus`` (driver,
-trainer, generator and grader processes each serve /metrics and write their ``prometheus_sd`` target file into
-RUN_DIR). After the first step
+Trains ``separate_async`` on the tiny model with ``--prometheus`` (driver, trainer, generator and grader
+processes each serve /metrics and write their ``prometheus_sd`` target file into RUN_DIR). After the first step
 it reports ``{"first_step": true, "run_id": ...}`` and waits for a line on stdin (the test's Prometheus has scraped
 every process by then, so the later steps' counts are seen rising, also on a loaded machine). At the last
 step, while every process is still up, it reports ``{"ready": true, "run_id": ...}`` on the test's status
@@ -38,10 +37,8 @@ def main() -> int:
     from trainer_ref.config import Config
     from trainer_ref.run import train
 
-    # the staleness bound on the completion basis: the trainer then also exports the staleness it bounds
-    # (rlobs_staleness_bounded_max_versions), which the staleness panels and alert read, so every panel has data
     cfg = Config(mode="separate_async", steps=a.steps, run_dir=a.run_dir, seed=a.seed, prometheus=True,
-                 progress=False, fault=a.fault, fault_onset=a.onset, eval_prompts=8, staleness_basis="completion")
+                 progress=False, fault=a.fault, fault_onset=a.onset, eval_prompts=8)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gb))
 
     def hold(out: dict) -> None:

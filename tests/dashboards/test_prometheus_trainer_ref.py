@@ -54,9 +54,17 @@ def _active(prom: LocalPrometheus, run: str) -> dict[str, dict]:
     return {a["labels"]["alertname"]: a for a in prom.alerts() if a["labels"].get("run") == run}
 
 
+# fed only by a run whose staleness bound is not on dispatch: this run bounds dispatch, where the staleness drops the
+# panels show come reliably (under the completion basis an 8-step run may drop none: the dropped-samples query was
+# empty in one fresh-clone CI run of 6 Dec 2026). The gauge's path through a real Prometheus to its panels and alert:
+# test_prometheus_integration (its faulty run bounds on the completion); from trainer_ref: test_modes
+ONLY_OTHER_BASES = {"rlobs_staleness_bounded_max_versions"}
+
+
 def _empty(prom: LocalPrometheus, run: str) -> list[tuple[str, str, str]]:
     panels, _ = _queries()
-    return [(b, t, e) for b, t, e in panels if not prom.query(s.substitute(e, {**PANEL_VARS, "run": run}))]
+    return [(b, t, e) for b, t, e in panels if not s.metric_names(e) <= ONLY_OTHER_BASES
+            and not prom.query(s.substitute(e, {**PANEL_VARS, "run": run}))]
 
 
 def _wait_scraped(prom: LocalPrometheus, run: str, timeout: float = 120.0) -> None:
