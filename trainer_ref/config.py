@@ -28,7 +28,7 @@ class Config:
     steps: int = field(default=20, metadata={"help": "optimiser steps to run (total, including resumed ones)"})
     run_dir: str = field(default="runs/trainer_ref", metadata={"help": "run record + checkpoints directory"})
     seed: int = field(default=0, metadata={"help": "seed of data order, sampling and init"})
-    model: str = field(default="tiny", metadata={"help": "tiny | tiny-packed (trainer_ref.model_build.PRESETS) | smollm2 | path to an HF model folder"})
+    model: str = field(default="tiny", metadata={"help": "tiny | tiny-packed | tiny-dot (trainer_ref.model_build.PRESETS) | smollm2 | path to an HF model folder"})
     model_dir: str = field(default="", metadata={"help": "where to build/cache the model (default ~/.cache/rlobs)"})
     groups_per_step: int = field(default=8, metadata={"help": "prompts (GRPO groups) per optimiser step"})
     group_size: int = field(default=8, metadata={"help": "G: completions per prompt"})

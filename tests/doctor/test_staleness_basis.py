@@ -120,3 +120,17 @@ def test_the_staleness_the_consumer_recorded_its_bound_on_is_read_first(tmp_path
         if over:
             f = found["staleness-over-bound"]
             assert f.severity == Severity.CRITICAL and f.first_step == 10 and f.evidence[0].observed == 3
+
+
+@pytest.mark.parametrize("basis", ["completion", "dispatch"])
+def test_a_since_step_past_the_last_consumed_step_is_named_as_the_reason(tmp_path: Path, basis):
+    """``rlobs doctor --since-step`` past the record's last step: the rule says that, not that token versions (or
+    staleness events) are missing, which they are not."""
+    run = _run(tmp_path / "r", basis=basis, bound=2, old=lambda s: 5, newest_lag=lambda s: 1)
+    with rlobs.open_run(run) as rec:
+        report = diagnose(rec, rule_ids=["staleness-over-bound"], since_step=STEPS + 5)
+    reason = report.insufficient["staleness-over-bound"]
+    assert f"the last step that consumed samples is {STEPS + 1}, before --since-step {STEPS + 5}" == reason
+    with rlobs.open_run(run) as rec:  # within the record, the rule still judges (critical on dispatch only)
+        report = diagnose(rec, rule_ids=["staleness-over-bound"], since_step=STEPS - 5)
+    assert ("staleness-over-bound" in {f.rule for f in report.findings}) == (basis == "dispatch")

@@ -1,6 +1,8 @@
 """Warm-start data: the ``tiny`` preset's SFT batches are the clean reference problems (its cache key
 and weights predate packing); ``tiny-packed`` runs a share of its examples on into further problems
-with no end-of-sequence token between them, the packing bug its learning benchmark starts from."""
+with no end-of-sequence token between them, the packing bug its learning benchmark starts from; ``tiny-dot``
+ends most of its targets with a full stop after the answer, a format no grader accepts (its most likely answer
+is graded wrong where a sample is sometimes right: the early-warning log's entropy-minimisation test)."""
 
 from __future__ import annotations
 
@@ -24,6 +26,26 @@ def test_tiny_preset_data_is_unpacked_and_keeps_its_cache_key() -> None:
     assert batch == ref
     assert _spec_key(spec) == "4aaf2479689a"  # the key (folder) every cached tiny build already has
     assert _spec_key(PRESETS["tiny-packed"]) != _spec_key(spec)
+    assert _spec_key(PRESETS["tiny-packed"]) == "796066e7bbd1"  # nor did tiny-packed's change with sft_dot
+    assert len({_spec_key(s) for s in PRESETS.values()}) == len(PRESETS)
+
+
+def test_dotted_targets_end_in_a_full_stop_no_grader_accepts() -> None:
+    from trainer_ref.graders import GRADERS
+
+    spec = PRESETS["tiny-dot"]
+    probs = [p for s in range(20) for p in sft_problems(spec, s, random.Random(0))]
+    dotted = [p for p in probs if p.target.endswith(".")]
+    assert abs(len(dotted) / len(probs) - spec.sft_dot) < 0.05
+    for p in dotted[:50]:
+        assert p.target == make_problem(spec.seed + 104729, p.index, chain_prob=spec.sft_chain_prob,
+                                        max_chain=spec.sft_max_chain).target + "."
+        assert extract_answer(p.target) is None and extract_answer(p.target[:-1]) == p.answer
+        for grader in ("exact", "rule"):
+            sample = {"completion": p.target, "answer": p.answer, "finish_reason": "stop"}
+            assert GRADERS[grader](sample) == 0.0
+            assert GRADERS[grader]({**sample, "completion": p.target[:-1]}) == 1.0
+    assert "=" not in "".join(p.target for p in probs)  # not packed
 
 
 def test_packed_examples_run_on_without_eos_and_answer_a_different_problem() -> None:

@@ -119,6 +119,10 @@ def over_bound(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     basis = staleness_basis(ctx)
     series = bounded_staleness_per_step(ctx)
     if not series:
+        last = ctx.scalar("SELECT max(step) FROM ledger WHERE state = 'consumed'") if ctx.count("ledger") else None
+        if ctx.since_step is not None and last is not None and int(last) < ctx.since_step:
+            return Insufficient(f"the last step that consumed samples is {int(last)}, before --since-step "
+                                f"{ctx.since_step}")
         if basis == "completion":
             return Insufficient("the bound is checked on the completion (newest token) version, and no consumed "
                                 "sample has a rollout event with its token versions")
