@@ -746,6 +746,10 @@ HEALTHY_VARIANTS.update({k: (what, args, RUN39_TUNE + RUN39_HELDOUT, 60) for k, 
 VARIANT_CALIBRATION.update({k: RUN39_TUNE for k in RUN39_SETTINGS})
 RUN39_TUNE_NAMES = [f"{k}-s{s}" for k in RUN39_SETTINGS for s in RUN39_TUNE]
 RUN39_HELDOUT_NAMES = [f"{k}-s{s}" for k in RUN39_SETTINGS for s in RUN39_HELDOUT]
+# Tune look (bench/results/early_warning_run39_tune.md, trained 11:49-12:14 UTC): 0 warnings or criticals of any rule
+# on the 20 runs; every run learned (held-out success 0.10-0.40 at the start, best 0.37-0.86; none fell 0.15 under
+# its best and stayed). The bench's drop (training-reward leg) fired on 7 of 20. No fix: the rules stay as
+# registered; the held-out runs are trained next
 
 
 def _flags(run_dir: Path) -> list[str]:
