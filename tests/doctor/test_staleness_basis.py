@@ -134,3 +134,19 @@ def test_a_since_step_past_the_last_consumed_step_is_named_as_the_reason(tmp_pat
     with rlobs.open_run(run) as rec:  # within the record, the rule still judges (critical on dispatch only)
         report = diagnose(rec, rule_ids=["staleness-over-bound"], since_step=STEPS - 5)
     assert ("staleness-over-bound" in {f.rule for f in report.findings}) == (basis == "dispatch")
+
+
+@pytest.mark.parametrize("basis", ["completion", "dispatch"])
+def test_staleness_rising_to_the_configured_bound_is_the_lag_it_allows(tmp_path: Path, basis):
+    """The thirty-ninth early-warning run (6 Dec 2026): a healthy completion-basis run with 2 DP ranks (the trainer
+    the slower side) had its staleness mean near 1 in its first steps and at the bound of 2 for a few steps later:
+    ``staleness-growing`` warned. Rising to the bound is what the bound allows and holds; rising past it is
+    ``staleness-over-bound``'s; with no bound, the same rise still warns."""
+    if basis == "completion":  # newest tokens 0 then 3 versions behind (4 for half the samples), dispatched 5 back
+        kw = {"old": lambda s: 5 if s >= 10 else 1, "newest_lag": lambda s: 3 if s >= 10 else 0}
+    else:
+        kw = {"old": lambda s: 4 if s >= 10 else 1, "newest_lag": lambda s: 1}
+    found, _ = _findings(_run(tmp_path / "bounded", basis=basis, bound=4, **kw))
+    assert found == {}  # mean 1.0 -> 2.5, its max 4: at the bound, not past it
+    found, _ = _findings(_run(tmp_path / "unbounded", basis=basis, bound=None, **kw))
+    assert set(found) == {"staleness-growing"} and found["staleness-growing"].first_step == 10
