@@ -776,6 +776,38 @@ for _k in ("healthy-dp2-completion", "healthy-t07"):
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + RUN40_SEEDS, _steps)
 RUN40_NAMES = [f"{k}-s{s}" for k in ("healthy-dp2-completion", "healthy-async-dp2", "healthy-t07") for s in RUN40_SEEDS]
 
+# Forty-first run (6 Dec 2026, registered here before any of its runs was trained; rules as at 26c20ff): the
+# oversized-updates false warning (healthy-t07-s214, thirty-ninth run, step 58; seen, not held out). There the window
+# (steps 54-58) had 4 of 5 updates over 0.015 on a solved policy: median zero-std share 0.875, median training reward
+# 0.775, held out 0.80-0.92; a too-high warm-up's window at its warning (collapse_runs.json, warm-up s0, steps 12-16)
+# had a zero-std share of 0.125-0.375. Candidate fix, stated before the tune runs: the after-learning leg stays silent
+# while the window's median zero-std share is at least 0.75 and its median training reward at least 0.6 (the solved
+# bar zero-std-rising already uses): a policy that solves most of its groups is updated by the few left, and Adam
+# scales their noise to an lr-sized step; the first-steps leg is unchanged. Tune: fresh seeds of the classes the rule
+# carries, lr-too-high 132-133, lr-warmup-too-high 132-135 (the leg's main class: warnings at steps 12-25),
+# kl-blow-up 138-139, reward-hacking 144-145 (10 runs), trained first: what the candidate would have suppressed on
+# them; the guard's numbers may be changed on them and then frozen (committed) before the held-out runs are trained.
+# Held out, their number fixed here, trained after the freeze and scored once: lr-too-high 134-137,
+# lr-warmup-too-high 136-141, kl-blow-up 140-143, reward-hacking 146-148 (17 collapse runs), healthy-t07 220-227 and
+# healthy sync 144-147 (12 healthy runs). The bar: (a) every held-out collapse run the rules before the fix (26c20ff,
+# same records) warn before its drop, the fixed rules warn before it too, and the pooled detection per class stays
+# at 90 % or more; (b) the whole doctor (every rule, warnings and criticals) on the 12 healthy runs: 0, the rules
+# before the fix reported beside. If no fix is frozen, the held-out runs are still trained and scored
+RUN41_TUNE = {"lr-too-high": (132, 133), "lr-warmup-too-high": (132, 133, 134, 135), "kl-blow-up": (138, 139),
+              "reward-hacking": (144, 145)}
+RUN41_HELDOUT = {"lr-too-high": (134, 135, 136, 137), "lr-warmup-too-high": (136, 137, 138, 139, 140, 141),
+                 "kl-blow-up": (140, 141, 142, 143), "reward-hacking": (146, 147, 148)}
+for _run in (RUN41_TUNE, RUN41_HELDOUT):
+    for _c, _s in _run.items():
+        HELDOUT_EXTRA[_c] += _s
+RUN41_T07, RUN41_HEALTHY = (220, 221, 222, 223, 224, 225, 226, 227), (144, 145, 146, 147)
+HEALTHY_SEEDS["heldout"] += RUN41_HEALTHY
+_what, _args, _seeds, _steps = HEALTHY_VARIANTS["healthy-t07"]
+HEALTHY_VARIANTS["healthy-t07"] = (_what, _args, _seeds + RUN41_T07, _steps)
+RUN41_TUNE_NAMES = [f"{c}-s{s}" for c, seeds in RUN41_TUNE.items() for s in seeds]
+RUN41_HELDOUT_NAMES = ([f"{c}-s{s}" for c, seeds in RUN41_HELDOUT.items() for s in seeds]
+                       + [f"healthy-t07-s{s}" for s in RUN41_T07] + [f"healthy-s{s}" for s in RUN41_HEALTHY])
+
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
