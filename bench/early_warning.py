@@ -807,6 +807,12 @@ HEALTHY_VARIANTS["healthy-t07"] = (_what, _args, _seeds + RUN41_T07, _steps)
 RUN41_TUNE_NAMES = [f"{c}-s{s}" for c, seeds in RUN41_TUNE.items() for s in seeds]
 RUN41_HELDOUT_NAMES = ([f"{c}-s{s}" for c, seeds in RUN41_HELDOUT.items() for s in seeds]
                        + [f"healthy-t07-s{s}" for s in RUN41_T07] + [f"healthy-s{s}" for s in RUN41_HEALTHY])
+# Tune look (trained 14:24-14:34 UTC; each run's first warning replayed step by step with the guard and without it):
+# the guard moved no warning on any of the 10 runs. The windows the rule first warned on had a median zero-std share
+# of 0-0.25 (lr-too-high, warm-up: rewards 0.34-0.61), 0-0.375 (KL blow-up) and 0.625 at a reward of 0.91
+# (reward-hacking s144, step 19, the reward-hacking rule first at 12): none solved. The candidate is frozen as stated
+# (solved_zero_std 0.75, solved_reward 0.6, in the failure table; the PromQL alert's guarded legs carry the same
+# guard), before the held-out runs are trained
 
 
 def _flags(run_dir: Path) -> list[str]:

@@ -237,7 +237,10 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
                    "hacking_gap": 0.3,
                    # a step with no gradient (grad norm <= this; no-gradient's eps) is not judged: every group of a
                    # solved task is zero-std (4 Dec 2026, bench/solved_task.py's tune run: SmolLM2 warned at step 5)
-                   "no_gradient_eps": 1e-10}),
+                   "no_gradient_eps": 1e-10,
+                   # the after-learning leg is silent on a solved policy: the window's median zero-std share at least
+                   # this and its median training reward at least solved_reward (forty-first run, bench/early_warning.py)
+                   "solved_zero_std": 0.75, "solved_reward": 0.6}),
     # a divergence, not a drift (2 Dec 2026, ninth run): the training reward's 5-step mean 0.3 over its first 5 steps'
     # while held-out success gained at most a third of that over its first evaluation, two evaluations running. Its
     # numbers were written down before the eighth run's records were trained and not changed after: on them

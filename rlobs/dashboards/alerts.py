@@ -735,6 +735,11 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     # most that (every group zero-std: a solved task), neither leg holds. Without the gate `make main MODEL=smollm2`
     # (a healthy run solving its task by step 5) paged at its step 5, the doctor's warning before 1f12930
     idle = f"({_over_time('last_over_time', 'rlobs_grad_norm', recent)} <= {o['no_gradient_eps']:g})"
+    # the after-learning leg is silent on a solved policy (the doctor's solved_zero_std / solved_reward): most groups
+    # all correct and the reward high over the recent window, the few groups left carry each update and Adam scales
+    # their noise to an lr-sized step (healthy-t07-s214 warned at step 58, held 0.87-0.91 to step 100)
+    solved = (f"({_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} >= {o['solved_zero_std']:g}){on}"
+              f"({_median_now('rlobs_reward_mean', recent)} >= {o['solved_reward']:g})")
     # the run has learned (as the doctor asks): its training reward climbed over its early level (the low decile of
     # the hour before), or its held-out success over the lowest evaluation before
     reward_climbed = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} >= "
@@ -857,7 +862,8 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
         # low decile of the hour before), as the doctor's rule compares with the run's first steps
         AlertRule(
             "precursor-oversized-updates", "warning",
-            stepping(f"(({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed}) or ({early}))"
+            stepping(f"(((({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed}))"
+                    f" unless on ({', '.join(GROUP)}) {solved}) or ({early}))"
                     f" unless on ({', '.join(GROUP)}) {idle}"),
             f("precursor-oversized-updates"),
             "Early warning: oversized policy updates (from the first steps, or after the run learned), learning-rate collapse ahead ({{ $labels.run }})",
@@ -869,7 +875,9 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
             f"{o['early_kl_above']:g} in {o['early_min_steps'] / o['early_window']:.0%} of its updates (or their median "
             f"over {o['early_median_above']:g}) within its first "
             f"{o['early_steps']:g} steps (before anything was learned, and not only Adam's first few steps: the "
-            "lr's own size), and its last step had a gradient (a solved task's steps have none and move nothing): "
+            "lr's own size), and its last step had a gradient (a solved task's steps have none and move nothing) "
+            f"and, after it learned, the policy is not solved (a median of {o['solved_zero_std']:.0%}+ of its groups "
+            f"zero-std at a median reward of {o['solved_reward']:g}+: the few groups left carry each update): "
             "the learning rate is too high, "
             "the precursor of a collapse (the reward fell "
             f"{min(o['impact_steps_low'], o['early_impact_steps_low']):g}-"

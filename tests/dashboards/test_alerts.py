@@ -242,17 +242,10 @@ def test_zero_std_alert_is_quiet_on_a_solved_task_and_fires_on_a_grader_constant
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
 
 
-def test_oversized_updates_alert_is_quiet_on_a_solved_task_whose_steps_have_no_gradient(tmp_path):
-    """The real `make main MODEL=smollm2` run of bench/solved_task.py's tune split (tests/early_warning/data): it
-    solves its task by step 5, every group all correct from then on (grad norm 0). Its updates of steps 1-4 were
-    over the bar, its entropy fell and held-out success climbed 0.59 -> 0.98: the guarded leg's pattern at step 5,
-    the one step the doctor warned at before it judged only steps with a gradient. Replayed at a step every 2
-    minutes (scraped every 30 s), a real promtool evaluates the committed rule every 30 s: quiet throughout. The
-    same series with a gradient at every step fires at 11 minutes (step 5): the gate is what keeps it quiet."""
-    import json
-
-    steps = json.loads((Path(__file__).resolve().parents[1] / "early_warning" / "data" / "smollm2_solved.json")
-                       .read_text())["runs"]["smollm2-main-s0"]["steps"]
+def _oversized_replay(tmp_path: Path, steps: list[dict], value: str, cases: list[tuple[str, dict, set[int]]]) -> None:
+    """A real run's per-step signals replayed at a step every 2 minutes (scraped every 30 s) into a real promtool that
+    evaluates the committed RlobsPrecursorOversizedUpdates every 30 s. ``cases``: (name, per-step overrides of a
+    signal, the evaluation seconds it must fire at: quiet at every other); ``value``: the alert's rendered value."""
     per = 4  # scrapes per step
     labels = {**a.CASE_LABELS}
 
@@ -268,29 +261,66 @@ def test_oversized_updates_alert_is_quiet_on_a_solved_task_whose_steps_have_no_g
         held.append(last)
     r = a.rule("precursor-oversized-updates")
     alert = {**r.labels, "run": "r1", "component": "trainer"}
-    notes = {k: a._render(v, alert, "19.48m") for k, v in r.annotations().items()}  # the 20th percentile of steps 1-5
+    notes = {k: a._render(v, alert, value) for k, v in r.annotations().items()}
 
-    def case(name: str, grad: list[float], firing_at: set[int]) -> dict:
-        series = [{"series": sel("rlobs_policy_update_kl"), "values": vals([x["policy_kl"] for x in steps])},
-                  {"series": sel("rlobs_policy_entropy"), "values": vals([x["entropy"] for x in steps])},
-                  {"series": sel("rlobs_reward_mean"), "values": vals([x["reward"] for x in steps])},
-                  {"series": sel("rlobs_grad_norm"), "values": vals(grad)},
+    def case(name: str, over: dict[str, list[float]], firing_at: set[int]) -> dict:
+        col = {k: over.get(k) or [x[k] for x in steps] for k in ("policy_kl", "entropy", "reward", "grad_norm")}
+        series = [{"series": sel("rlobs_policy_update_kl"), "values": vals(col["policy_kl"])},
+                  {"series": sel("rlobs_policy_entropy"), "values": vals(col["entropy"])},
+                  {"series": sel("rlobs_reward_mean"), "values": vals(col["reward"])},
+                  {"series": sel("rlobs_grad_norm"), "values": vals(col["grad_norm"])},
                   {"series": sel("rlobs_train_steps_total"), "values": vals([x["step"] + 1 for x in steps])},
                   {"series": sel("rlobs_heldout_success", component="orchestrator"), "values": vals(held)},
                   {"series": sel("up"), "values": vals([1] * len(steps))}]
+        if "zero_std" in steps[0]:
+            series.append({"series": sel("rlobs_advantage_zero_std_groups_ratio"),
+                           "values": vals(over.get("zero_std") or [x["zero_std"] for x in steps])})
         tests = [{"eval_time": f"{t}s", "alertname": r.name,
                   "exp_alerts": [{"exp_labels": alert, "exp_annotations": notes}] if t in firing_at else []}
                  for t in range(60, 30 * per * len(steps), 30)]
         return {"name": name, "interval": "30s", "input_series": series, "alert_rule_test": tests}
 
-    assert [x["grad_norm"] for x in steps][5:7] == [0.0, 0.0]
-    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml")], "evaluation_interval": "30s", "tests": [
-        case("solved as recorded: step 5 had no gradient", [x["grad_norm"] for x in steps], set()),
-        case("the same with a gradient at every step", [x["grad_norm"] or 1.0 for x in steps], {660, 690})]}
-    (tmp_path / "solved_oversized_test.yaml").write_text(yaml.safe_dump(doc))
-    out = subprocess.run([need("promtool"), "test", "rules", "solved_oversized_test.yaml"], cwd=tmp_path,
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml")], "evaluation_interval": "30s",
+           "tests": [case(*c) for c in cases]}
+    (tmp_path / "oversized_replay_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "oversized_replay_test.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def _real_run(file: str, name: str) -> list[dict]:
+    import json
+
+    path = Path(__file__).resolve().parents[1] / "early_warning" / "data" / file
+    return json.loads(path.read_text())["runs"][name]["steps"]
+
+
+def test_oversized_updates_alert_is_quiet_on_a_solved_task_whose_steps_have_no_gradient(tmp_path):
+    """The real `make main MODEL=smollm2` run of bench/solved_task.py's tune split (tests/early_warning/data): it
+    solves its task by step 5, every group all correct from then on (grad norm 0). Its updates of steps 1-4 were
+    over the bar, its entropy fell and held-out success climbed 0.59 -> 0.98: the guarded leg's pattern at step 5,
+    the one step the doctor warned at before it judged only steps with a gradient. Replayed, quiet throughout. The
+    same series with a gradient at every step and no zero-std groups fires at 11 minutes (step 5): the gates are
+    what keep it quiet."""
+    steps = _real_run("smollm2_solved.json", "smollm2-main-s0")
+    assert [x["grad_norm"] for x in steps][5:7] == [0.0, 0.0]
+    _oversized_replay(tmp_path, steps, "19.48m", [  # the 20th percentile of steps 1-5
+        ("solved as recorded: step 5 had no gradient", {}, set()),
+        ("a gradient at every step: most groups all correct at a high reward (solved)",
+         {"grad_norm": [x["grad_norm"] or 1.0 for x in steps]}, set()),
+        ("a gradient at every step, no group solved",
+         {"grad_norm": [x["grad_norm"] or 1.0 for x in steps], "zero_std": [0.0] * len(steps)}, {660, 690})])
+
+
+def test_oversized_updates_alert_is_quiet_on_a_solved_policys_update_burst(tmp_path):
+    """healthy-t07-s214 (thirty-ninth run, real): a solved T 0.7 policy (7 of 8 groups all correct at most steps)
+    took a burst of large updates at steps 54-58, which the doctor warned on before its solved guard, falsely (the
+    same seed held 0.87-0.91 held out to step 100). Replayed: quiet throughout. Here the guard is not what keeps it
+    quiet (with half the groups zero-std it stays quiet too): the alert's early reward level is the hour before,
+    where this run had already learned (the doctor's is the run's first steps)."""
+    steps = _real_run("t07_solved.json", "healthy-t07-s214")
+    _oversized_replay(tmp_path, steps, "0", [
+        ("solved as recorded", {}, set()), ("half the groups zero-std", {"zero_std": [0.5] * len(steps)}, set())])
 
 
 def _trainer_with_pauses(minutes: int, steps: list[int], pauses: list[tuple[int, int | None]],

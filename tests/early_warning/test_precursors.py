@@ -623,7 +623,51 @@ def test_a_solved_tasks_steps_without_gradient_are_not_oversized_updates(tmp_pat
         emit_step(rec, row)
     rec.close()
     assert not diagnose(rlobs.open_run(d), rule_ids=list(PRECURSOR_IDS)).findings
-    # the record still probes the edge: judging every step, the rule warns at step 5
-    old = diagnose(rlobs.open_run(d), rule_ids=["precursor-oversized-updates"],
-                   thresholds={"precursor-oversized-updates": {"no_gradient_eps": -1.0}})
+    # the record still probes the edge: judging every step, and without the solved-policy guard (forty-first run:
+    # steps 1-5 are a solved policy's too, most groups all correct; either guard alone holds it), it warns at step 5
+    for guards in ({"no_gradient_eps": -1.0}, {"solved_zero_std": math.inf}):
+        assert not diagnose(rlobs.open_run(d), rule_ids=[OVERSIZED], thresholds={OVERSIZED: guards}).findings
+    old = diagnose(rlobs.open_run(d), rule_ids=[OVERSIZED],
+                   thresholds={OVERSIZED: {"no_gradient_eps": -1.0, "solved_zero_std": math.inf}})
     assert [f.first_step for f in old.findings] == [5]
+
+
+def test_a_solved_policys_update_burst_is_not_oversized_updates(tmp_path):
+    """healthy-t07-s214 (thirty-ninth run, a real record): sampling at T 0.7 it solved its task (held out 0.80-0.92),
+    7 of 8 groups all correct at most steps, and took a burst of large updates at steps 54-58 (4 of 5 over 0.015
+    nats/token, up to 0.15) from the few groups left; trained on to 100 steps it held 0.87-0.91, so the warning the
+    rule gave at step 58 was false. The after-learning leg is silent while the window's median zero-std share and
+    median training reward say solved; without that guard the same record warns at step 58 (it probes the edge)."""
+    run = json.loads((Path(__file__).with_name("data") / "t07_solved.json").read_text())["runs"]["healthy-t07-s214"]
+    d = tmp_path / "t07"
+    rec = rlobs.init(d, component="trainer", rank=0, run_id="t07", prometheus=False, set_global=False,
+                     config={"mode": run["mode"]})
+    for row in run["steps"]:
+        emit_step(rec, row)
+    rec.close()
+    assert not diagnose(rlobs.open_run(d), rule_ids=list(PRECURSOR_IDS)).findings
+    old = diagnose(rlobs.open_run(d), rule_ids=[OVERSIZED], thresholds={OVERSIZED: {"solved_zero_std": math.inf}})
+    assert [f.first_step for f in old.findings] == [58]
+    th = FAILURES[OVERSIZED].thresholds
+    window = [r for r in run["steps"] if 54 <= r["step"] <= 58]
+    assert statistics.median(r["zero_std"] for r in window) >= th["solved_zero_std"]
+    assert statistics.median(r["reward"] for r in window) >= th["solved_reward"]
+
+
+@pytest.mark.skipif(LR_RUN is None, reason="no extracted learning-rate collapse run")
+def test_the_solved_guard_does_not_hide_a_warm_up_collapse(tmp_path):
+    """The too-high warm-up's warning window (real record) is far from solved (a quarter of its groups zero-std at
+    most): its warning stands where it was, and with its groups made all correct it would be silent (the guard is
+    what the two differ in)."""
+    before = diagnose(rlobs.open_run(_record(tmp_path, LR_RUN)), rule_ids=[OVERSIZED],
+                      thresholds={OVERSIZED: {"solved_zero_std": math.inf}}).findings
+    after = diagnose(rlobs.open_run(_record(tmp_path, LR_RUN)), rule_ids=[OVERSIZED]).findings
+    assert [f.first_step for f in after] == [f.first_step for f in before] and after
+    run = DATA["runs"][LR_RUN]
+    DATA["runs"]["_solved"] = {**run, "steps": [{**r, "zero_std": 1.0, "reward": max(r["reward"], 0.9)}
+                                                for r in run["steps"]]}
+    try:
+        late = diagnose(rlobs.open_run(_record(tmp_path, "_solved")), rule_ids=[OVERSIZED]).findings
+        assert all("from the run's first steps" in f.title for f in late), [f.title for f in late]
+    finally:
+        del DATA["runs"]["_solved"]

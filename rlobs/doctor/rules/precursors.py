@@ -428,6 +428,7 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     if e0 <= 0:
         return Insufficient("the policy's early entropy is 0: nothing left to sharpen")
     reward = dict(series(ctx, "reward"))
+    zero_std = dict(series(ctx, "zero_std"))
     r_early = [reward[s] for s, _ in kl[:k] if s in reward]
     r0 = statistics.median(r_early) if r_early else None
     held = heldout(ctx)
@@ -462,6 +463,11 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         if share >= th["entropy_share_below"]:
             continue
         rs = [reward[s] for s, _ in last if s in reward]
+        zs = [zero_std[s] for s, _ in last if s in zero_std]
+        zs_level = statistics.median(zs) if zs else None
+        if (zs_level is not None and rs and zs_level >= th.get("solved_zero_std", math.inf)
+                and statistics.median(rs) >= th["solved_reward"]):
+            continue  # a solved policy: most groups all correct, the few left carry each update (Adam scales it)
         gain = statistics.median(rs) - r0 if rs and r0 is not None else None
         step = kl[i][0]
         evals = [v for s, v in held if s <= step]
