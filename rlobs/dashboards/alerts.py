@@ -738,6 +738,9 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     # the after-learning leg is silent on a solved policy (the doctor's solved_zero_std / solved_reward): most groups
     # all correct and the reward high over the recent window, the few groups left carry each update and Adam scales
     # their noise to an lr-sized step (healthy-t07-s214 warned at step 58, held 0.87-0.91 to step 100)
+    # (parenthesised where used: `unless` and `and` bind alike, left to right, so `X unless A and B` is `(X unless A)
+    # and B`, which held the leg to a reward of solved_reward: the live replay of the forty-first run lost four lr
+    # warnings to it; the promtool case's reward of 0.5 below is what catches it)
     solved = (f"({_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} >= {o['solved_zero_std']:g}){on}"
               f"({_median_now('rlobs_reward_mean', recent)} >= {o['solved_reward']:g})")
     # the run has learned (as the doctor asks): its training reward climbed over its early level (the low decile of
@@ -863,7 +866,7 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
         AlertRule(
             "precursor-oversized-updates", "warning",
             stepping(f"(((({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed}))"
-                    f" unless on ({', '.join(GROUP)}) {solved}) or ({early}))"
+                    f" unless on ({', '.join(GROUP)}) ({solved})) or ({early}))"
                     f" unless on ({', '.join(GROUP)}) {idle}"),
             f("precursor-oversized-updates"),
             "Early warning: oversized policy updates (from the first steps, or after the run learned), learning-rate collapse ahead ({{ $labels.run }})",
@@ -885,7 +888,7 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
             "learning rate or the warm-up peak; resume from a checkpoint before the warning.",
             PromtoolCase((("rlobs_policy_update_kl", {}, "0.001+0.0000001x70 0.1+0.0000001x20"),
                           ("rlobs_policy_entropy", {}, "1x70 0.5x20"),
-                          ("rlobs_reward_mean", {}, "0.2x70 0.6x20")), "100m", not_yet_min=70, firing_min=88)),
+                          ("rlobs_reward_mean", {}, "0.2x70 0.5x20")), "100m", not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-reward-hacking", "warning", stepping(f"({hacking}) or ({audit})"),
             f("precursor-reward-hacking"),
