@@ -813,6 +813,12 @@ RUN41_HELDOUT_NAMES = ([f"{c}-s{s}" for c, seeds in RUN41_HELDOUT.items() for s 
 # (reward-hacking s144, step 19, the reward-hacking rule first at 12): none solved. The candidate is frozen as stated
 # (solved_zero_std 0.75, solved_reward 0.6, in the failure table; the PromQL alert's guarded legs carry the same
 # guard), before the held-out runs are trained
+# Scored once (bench/results/early_warning_run41_heldout.md, trained 14:34-14:59 UTC): (a) met: the 17 held-out
+# collapse runs' first warnings are the rules before's (26c20ff, same records), every one before its drop (lr 4/4,
+# warm-up 6/6, KL 4/4, hacking 2/2 that fell); (b) met: 0 of 12 healthy runs warned by any rule (the rules before: 0
+# too; the T 0.7 false warning did not recur). The PromQL alert, replayed live on the same records, had lost 4 lr /
+# warm-up warnings to a precedence bug in its guard (`X unless A and B`), parenthesised the next commit and replayed
+# again: within a step of the alert before (early_warning_run41_live{,_before,_unparenthesised}.md)
 
 
 def _flags(run_dir: Path) -> list[str]:
@@ -1132,6 +1138,8 @@ def pool_markdown(res: dict) -> str:
     lines += ["", f"Median lead over every detected collapse: {s['median_lead_all']}. Healthy runs (mixed-class runs "
               f"without a drop included): {s['healthy_runs']}, with a warning: {len(s['healthy_with_warning'])} "
               f"({', '.join(s['healthy_with_warning']) or 'none'}).", ""]
+    if res.get("note"):
+        lines += [res["note"], ""]
     return "\n".join(lines)
 
 
@@ -1306,6 +1314,8 @@ def main() -> None:
     ap.add_argument("cmd", choices=("run", "eval", "extract", "eval-calib", "eval-continued", "pool"))
     ap.add_argument("--results", default="", help="pool: comma-separated results files (eval or live replays)")
     ap.add_argument("--leg", choices=("doctor", "live"), default="doctor", help="pool: whose warnings to score")
+    ap.add_argument("--seen", default="", help="pool: comma-separated runs left out (a threshold was chosen on them)")
+    ap.add_argument("--note", default="", help="pool: a line the markdown carries under its table")
     ap.add_argument("--checks", default="", help="eval-continued: comma-separated doctor_calib results of the twins")
     ap.add_argument("--twins", default="", help="eval-continued: the twins' doctor_calib root, where still at hand")
     ap.add_argument("--expect", default="", help="extract: RUN=RULE[+RULE] pairs (the live alerts the test expects)")
@@ -1326,9 +1336,10 @@ def main() -> None:
         return
     if args.cmd == "pool":  # --out: the pooled results' stem
         sources = [Path(x) for x in args.results.split(",") if x]
-        rows = pooled_rows(sources, leg=args.leg)
-        res = {"leg": args.leg, "sources": [x.name for x in sources], "seen": [], "runs": rows,
-               "summary": summarise(rows)}
+        seen = frozenset(x for x in args.seen.split(",") if x)
+        rows = pooled_rows(sources, seen, leg=args.leg)
+        res = {"leg": args.leg, "sources": [x.name for x in sources], "seen": sorted(seen), "runs": rows,
+               "summary": summarise(rows), **({"note": args.note} if args.note else {})}
         Path(args.out + ".json").write_text(json.dumps(res, indent=1))
         Path(args.out + ".md").write_text(pool_markdown(res))
         print(pool_markdown(res))

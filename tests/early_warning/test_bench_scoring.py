@@ -76,8 +76,10 @@ def test_pooling_reads_eval_files_and_live_replays_each_run_once_without_the_see
     assert (lr["collapsed"], lr["warned_early"], lr["leads"], lr["misses"]) == (2, 1, [11], ["lr-too-high-s3"])
     # the mixed-class run without a drop is healthy, and its warning counts against the rules
     assert s["healthy_runs"] == 2 and s["healthy_with_warning"] == ["staleness-no-is-lag4-s2"]
-    assert "| lr-too-high | 2 | 2 | 1 | 50% | 11 | 11 | lr-too-high-s3 |" in ew.pool_markdown(
-        {"sources": ["run_doctor.json", "run_live.json"], "seen": ["healthy-s5"], "runs": rows, "summary": ew.summarise(rows)})
+    md = ew.pool_markdown({"sources": ["run_doctor.json", "run_live.json"], "seen": ["healthy-s5"], "runs": rows,
+                           "summary": ew.summarise(rows), "note": "Scored under the rules of their time."})
+    assert "| lr-too-high | 2 | 2 | 1 | 50% | 11 | 11 | lr-too-high-s3 |" in md and "left out as seen: healthy-s5" in md
+    assert md.rstrip().endswith("Scored under the rules of their time.")  # the pool's note, under its table
 
 
 def test_calib_summary_splits_doctor_calib_runs_by_both_definitions():

@@ -610,18 +610,24 @@ def test_kl_rising_as_a_run_learns_is_not_a_creep_a_blow_up_is(tmp_path):
     assert rate.observed >= 3 * FAILURES[KL].thresholds["min_rate"] and rate.threshold == FAILURES[KL].thresholds["min_rate"]
 
 
+def _data_record(tmp_path: Path, file: str, name: str) -> Path:
+    """A real run's record rebuilt from one of ``data/``'s per-step files (``file``'s run ``name``)."""
+    run = json.loads((Path(__file__).with_name("data") / file).read_text())["runs"][name]
+    d = tmp_path / name
+    rec = rlobs.init(d, component="trainer", rank=0, run_id=name, prometheus=False, set_global=False,
+                     config={"mode": run["mode"]})
+    for row in run["steps"]:
+        emit_step(rec, row)
+    rec.close()
+    return d
+
+
 def test_a_solved_tasks_steps_without_gradient_are_not_oversized_updates(tmp_path):
     """`make main MODEL=smollm2` (bench/solved_task.py's tune run, a real record): SmolLM2 solves its echo task by
     step 5, all 5 updates before that moved the policy over 0.015 nats/token, then every group is all correct
     and there is no gradient (Adam's momentum alone moves it 3e-5 nats). The precursor warned at step 5 (4 updates of
     steps 1-5 over the bar), the first step without a gradient; it now judges only steps that had one, and this healthy run gets no early warning."""
-    run = json.loads((Path(__file__).with_name("data") / "smollm2_solved.json").read_text())["runs"]["smollm2-main-s0"]
-    d = tmp_path / "smol"
-    rec = rlobs.init(d, component="trainer", rank=0, run_id="smol", prometheus=False, set_global=False,
-                     config={"mode": run["mode"]})
-    for row in run["steps"]:
-        emit_step(rec, row)
-    rec.close()
+    d = _data_record(tmp_path, "smollm2_solved.json", "smollm2-main-s0")
     assert not diagnose(rlobs.open_run(d), rule_ids=list(PRECURSOR_IDS)).findings
     # the record still probes the edge: judging every step, and without the solved-policy guard (forty-first run:
     # steps 1-5 are a solved policy's too, most groups all correct; either guard alone holds it), it warns at step 5
@@ -638,13 +644,8 @@ def test_a_solved_policys_update_burst_is_not_oversized_updates(tmp_path):
     nats/token, up to 0.15) from the few groups left; trained on to 100 steps it held 0.87-0.91, so the warning the
     rule gave at step 58 was false. The after-learning leg is silent while the window's median zero-std share and
     median training reward say solved; without that guard the same record warns at step 58 (it probes the edge)."""
+    d = _data_record(tmp_path, "t07_solved.json", "healthy-t07-s214")
     run = json.loads((Path(__file__).with_name("data") / "t07_solved.json").read_text())["runs"]["healthy-t07-s214"]
-    d = tmp_path / "t07"
-    rec = rlobs.init(d, component="trainer", rank=0, run_id="t07", prometheus=False, set_global=False,
-                     config={"mode": run["mode"]})
-    for row in run["steps"]:
-        emit_step(rec, row)
-    rec.close()
     assert not diagnose(rlobs.open_run(d), rule_ids=list(PRECURSOR_IDS)).findings
     old = diagnose(rlobs.open_run(d), rule_ids=[OVERSIZED], thresholds={OVERSIZED: {"solved_zero_std": math.inf}})
     assert [f.first_step for f in old.findings] == [58]

@@ -31,7 +31,9 @@ truncation handles (``precursor-importance-truncation`` watches it). ``precursor
 too: ``min_steps`` of the last ``window`` steps' ``train_step.policy_kl`` (how far each optimiser step moved the
 policy, nats per token) over ``kl_above`` while the entropy over the same steps is under ``entropy_share_below`` of
 the run's first ``baseline`` steps and the reward has climbed ``reward_gain`` above them (or held-out success
-``heldout_gain`` over its first evaluation): an lr that is too high is too high from its first step, so there is no
+``heldout_gain`` over its first evaluation), unless the policy is solved (the window's median zero-std share at least
+``solved_zero_std`` at a median reward of ``solved_reward``: the few groups left carry each update, and Adam scales
+their noise to an lr-sized step): an lr that is too high is too high from its first step, so there is no
 in-run baseline to drift from, and large steps on a policy that has not narrowed or learned are how an untrained
 policy moves, up to a size: its first-steps leg warns, with no guard, when ``early_min_steps`` of
 ``early_window`` updates inside the run's first ``early_steps`` steps are over ``early_kl_above``, or their median
@@ -403,7 +405,10 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     re-scored samples; single large steps are the estimator's tail on a sharpened policy) while the policy has
     narrowed to under ``entropy_share_below`` of its early entropy and the training reward has climbed by
     ``reward_gain`` (medians of the same steps against the medians of the first ``baseline`` steps) or its best
-    held-out evaluation so far is ``heldout_gain`` over the first (a training reward can hide learning). Large steps
+    held-out evaluation so far is ``heldout_gain`` over the first (a training reward can hide learning), and the
+    policy is not solved (a median ``solved_zero_std`` of the same steps' groups zero-std at a median reward of
+    ``solved_reward``: healthy-t07-s214 took a burst of such updates from its last unsolved groups at steps 54-58 and
+    held 0.87-0.91 held out to step 100). Large steps
     on an untrained policy are how it moves (and a run that never learned has nothing to lose: no-learning's
     business); large steps on a policy that has found its answers throw it off them. From the run's first step,
     updates over ``early_kl_above`` (``early_min_steps`` of ``early_window`` within ``early_steps`` steps), or a window
