@@ -773,8 +773,16 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     # With the gate each alert holds only while its run is not stalled (RlobsNoProgress's condition, declared pauses
     # counted as progress). It removed those pages but the condition also held while staleness-no-is s56 stepped (one
     # step came 5.6x its run's mean step time after the one before), so it is not in the committed rules
+    # where a doctor watches the run (`rlobs observe`, `rlobs doctor --follow --metrics-port`: its exporter serves
+    # rlobs_doctor_started_timestamp_seconds while it runs) these re-derivations defer to RlobsDoctorPrecursor, the
+    # doctor's own findings: one page per precursor, and none of this alert family's known healthy pages (the
+    # reward-hacking alert paged 7 of 127 healthy runs replayed live, the doctor none of them); without a doctor
+    # they page as before, and a doctor that stops serving hands back to them (RlobsDoctorBehind pages a stuck one)
+    watching = agg("max", series("rlobs_doctor_started_timestamp_seconds", ALERT), (GROUP[0],))
+
     def stepping(expr: str) -> str:
-        return running(expr if gate is None else f"({expr}) unless on ({GROUP[0]}) {stalled(gate)}")
+        expr = expr if gate is None else f"({expr}) unless on ({GROUP[0]}) {stalled(gate)}"
+        return running(f"({expr}) unless on ({GROUP[0]}) {watching}")
 
     out = (
         AlertRule(

@@ -459,6 +459,37 @@ def test_doctor_behind_pages_a_doctor_that_never_judged_the_run(tmp_path):
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
 
 
+def test_promql_precursors_defer_to_a_doctor_watching_the_run(tmp_path):
+    """Each of the eight PromQL precursor alerts, on its own firing case (its committed promtool case), stays quiet
+    while a doctor serves the run (rlobs_doctor_started_timestamp_seconds, component doctor: `rlobs observe` or
+    `rlobs doctor --follow --metrics-port`), whose RlobsDoctorPrecursor pages instead; a doctor serving another run
+    silences nothing, and one whose series went stale (the doctor stopped) hands the page back. A real promtool on
+    the committed rules."""
+    rules = a.precursor_rules()
+    assert len(rules) == 8
+
+    def case(r: a.AlertRule, doctor_run: str, doctor_values: str, fires: bool) -> dict:
+        t = a._case_test(r)
+        t["name"] = f"{r.name}, a doctor serving {doctor_run}: {doctor_values}"
+        labels = {**a.CASE_LABELS, "component": "doctor", "run": doctor_run}
+        t["input_series"].append({"series": "rlobs_doctor_started_timestamp_seconds{" + ",".join(
+            f'{k}="{v}"' for k, v in labels.items()) + "}", "values": doctor_values})
+        firing = next(c for c in t["alert_rule_test"] if c["exp_alerts"])
+        t["alert_rule_test"] = [{**firing, "exp_alerts": firing["exp_alerts"] if fires else []}]
+        return t
+
+    tests = [case(r, "r1", f"0x{r.case.firing_min + 5}", fires=False) for r in rules]
+    r = a.rule("precursor-oversized-updates")  # the join is the same in all eight: the other sides on one
+    m = r.case.firing_min
+    tests += [case(r, "another-run", f"0x{m + 5}", fires=True),
+              case(r, "r1", f"0x{m - 10} stale", fires=True)]  # gone over 5 minutes before: stale
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml")], "evaluation_interval": "1m", "tests": tests}
+    (tmp_path / "defer_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "defer_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout[-3000:] + out.stderr[-2000:]
+
+
 def test_heartbeat_lost_is_measured_by_the_runs_own_steps(tmp_path):
     """trainer_ref's trainer beats once a step, its grader once a batch: with steps of 5 minutes the fixed 120 s
     silence paged every healthy run, and a grader idle through a long held-out evaluation paged too. The rule now
