@@ -610,8 +610,8 @@ def test_kl_rising_as_a_run_learns_is_not_a_creep_a_blow_up_is(tmp_path):
     assert rate.observed >= 3 * FAILURES[KL].thresholds["min_rate"] and rate.threshold == FAILURES[KL].thresholds["min_rate"]
 
 
-def _data_record(tmp_path: Path, file: str, name: str) -> Path:
-    """A real run's record rebuilt from one of ``data/``'s per-step files (``file``'s run ``name``)."""
+def _data_record(tmp_path: Path, file: str, name: str) -> tuple[Path, dict]:
+    """A real run's record rebuilt from one of ``data/``'s per-step files (``file``'s run ``name``), and the run."""
     run = json.loads((Path(__file__).with_name("data") / file).read_text())["runs"][name]
     d = tmp_path / name
     rec = rlobs.init(d, component="trainer", rank=0, run_id=name, prometheus=False, set_global=False,
@@ -619,7 +619,7 @@ def _data_record(tmp_path: Path, file: str, name: str) -> Path:
     for row in run["steps"]:
         emit_step(rec, row)
     rec.close()
-    return d
+    return d, run
 
 
 def test_a_solved_tasks_steps_without_gradient_are_not_oversized_updates(tmp_path):
@@ -627,7 +627,7 @@ def test_a_solved_tasks_steps_without_gradient_are_not_oversized_updates(tmp_pat
     step 5, all 5 updates before that moved the policy over 0.015 nats/token, then every group is all correct
     and there is no gradient (Adam's momentum alone moves it 3e-5 nats). The precursor warned at step 5 (4 updates of
     steps 1-5 over the bar), the first step without a gradient; it now judges only steps that had one, and this healthy run gets no early warning."""
-    d = _data_record(tmp_path, "smollm2_solved.json", "smollm2-main-s0")
+    d, _ = _data_record(tmp_path, "smollm2_solved.json", "smollm2-main-s0")
     assert not diagnose(rlobs.open_run(d), rule_ids=list(PRECURSOR_IDS)).findings
     # the record still probes the edge: judging every step, and without the solved-policy guard (forty-first run:
     # steps 1-5 are a solved policy's too, most groups all correct; either guard alone holds it), it warns at step 5
@@ -644,8 +644,7 @@ def test_a_solved_policys_update_burst_is_not_oversized_updates(tmp_path):
     nats/token, up to 0.15) from the few groups left; trained on to 100 steps it held 0.87-0.91, so the warning the
     rule gave at step 58 was false. The after-learning leg is silent while the window's median zero-std share and
     median training reward say solved; without that guard the same record warns at step 58 (it probes the edge)."""
-    d = _data_record(tmp_path, "t07_solved.json", "healthy-t07-s214")
-    run = json.loads((Path(__file__).with_name("data") / "t07_solved.json").read_text())["runs"]["healthy-t07-s214"]
+    d, run = _data_record(tmp_path, "t07_solved.json", "healthy-t07-s214")
     assert not diagnose(rlobs.open_run(d), rule_ids=list(PRECURSOR_IDS)).findings
     old = diagnose(rlobs.open_run(d), rule_ids=[OVERSIZED], thresholds={OVERSIZED: {"solved_zero_std": math.inf}})
     assert [f.first_step for f in old.findings] == [58]
@@ -660,9 +659,10 @@ def test_the_solved_guard_does_not_hide_a_warm_up_collapse(tmp_path):
     """The too-high warm-up's warning window (real record) is far from solved (a quarter of its groups zero-std at
     most): its warning stands where it was, and with its groups made all correct it would be silent (the guard is
     what the two differ in)."""
-    before = diagnose(rlobs.open_run(_record(tmp_path, LR_RUN)), rule_ids=[OVERSIZED],
+    d = _record(tmp_path, LR_RUN)
+    before = diagnose(rlobs.open_run(d), rule_ids=[OVERSIZED],
                       thresholds={OVERSIZED: {"solved_zero_std": math.inf}}).findings
-    after = diagnose(rlobs.open_run(_record(tmp_path, LR_RUN)), rule_ids=[OVERSIZED]).findings
+    after = diagnose(rlobs.open_run(d), rule_ids=[OVERSIZED]).findings
     assert [f.first_step for f in after] == [f.first_step for f in before] and after
     run = DATA["runs"][LR_RUN]
     DATA["runs"]["_solved"] = {**run, "steps": [{**r, "zero_std": 1.0, "reward": max(r["reward"], 0.9)}
