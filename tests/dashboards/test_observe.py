@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import subprocess
 import sys
 import time
@@ -15,7 +14,7 @@ import yaml
 
 from rlobs.dashboards.observe import LocalPrometheus, PrometheusError, prometheus_config
 
-from .conftest import need
+from .conftest import interrupt_and_read, need
 
 
 def test_config_scrapes_every_run_through_file_sd_and_loads_the_rules(tmp_path):
@@ -88,8 +87,7 @@ def test_cli_observe_prints_the_url_and_stops_cleanly_on_ctrl_c(tmp_path, doctor
         assert match, line
         with urllib.request.urlopen(f"{match.group(0)}/-/ready", timeout=5) as resp:
             assert resp.status == 200
-        proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=30)
+        rest = interrupt_and_read(proc)
     finally:
         if proc.poll() is None:
             proc.kill()

@@ -25,7 +25,7 @@ from rlobs.dashboards.alerts import rule, runbook_url
 from rlobs.dashboards.observe import LocalPrometheus
 from rlobs.doctor import diagnose
 
-from ..dashboards.conftest import need
+from ..dashboards.conftest import interrupt_and_read, need
 
 pytestmark = pytest.mark.slow
 
@@ -150,7 +150,6 @@ def test_observe_with_the_doctor_pages_a_run_it_saw_start_and_lets_it_end(tmp_pa
     before the run has written anything, it judges the record once there is one, prints RlobsDoctorPrecursor firing on
     the collapse run, and when the trainer ends cleanly the doctor's target goes too, so the run is reported ended."""
     import os
-    import signal
 
     need("prometheus")
     run = tmp_path / "run"
@@ -190,8 +189,7 @@ def test_observe_with_the_doctor_pages_a_run_it_saw_start_and_lets_it_end(tmp_pa
         assert any("run obs-doctor ended: no process of it is left" in x for x in lines), lines
         assert any("alert resolved: RlobsDoctorPrecursor (run obs-doctor)" in x for x in lines), lines
         assert not list((run / "prometheus_sd").glob("*.json"))
-        proc.send_signal(signal.SIGINT)
-        rest, _ = proc.communicate(timeout=30)
+        rest = interrupt_and_read(proc)
     finally:
         if rec is not None:
             rec.close()
