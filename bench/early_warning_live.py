@@ -433,8 +433,13 @@ def main() -> None:
     ap.add_argument("--period", type=float, default=PERIOD,
                     help="replay seconds per step (the windows scale with it; --doctor: more than one watcher pass "
                          "over the batch, or the replay itself makes the doctor late)")
+    ap.add_argument("--without", default="",
+                    help="comma-separated per-step signals left out of the replay, e.g. audit_gap: the run as a "
+                         "trainer without --audit-grader would have served it (the reward-hacking alert's held-out "
+                         "leg alone)")
     args = ap.parse_args()
     PERIOD = args.period
+    without = {k for k in args.without.split(",") if k}
     set_pace(args.step_seconds, args.rules_step_seconds or None)
     names = [n for n in args.only.split(",") if n]
     fors = {r.name: r.for_ for r in precursor_rules()}
@@ -446,6 +451,8 @@ def main() -> None:
     rows = []
     for i in range(0, len(names), args.batch):
         batch = {n: ew.run_signals(Path(args.runs) / n) for n in names[i:i + args.batch]}
+        for run in batch.values():
+            run["steps"] = [{k: v for k, v in row.items() if k not in without} for row in run["steps"]]
         doctor = {n: ew.judge(Path(args.runs) / n) for n in batch}
         with tempfile.TemporaryDirectory(prefix="rlobs-ew-live-") as tmp:
             t0 = time.monotonic()
@@ -488,7 +495,7 @@ def main() -> None:
                     "alerted on by a real Prometheus" if args.doctor else
                     "the precursor alert rules (scaled windows, bench/early_warning_live.py) on real runs replayed "
                     "into a real Prometheus"), "runs_root": args.runs, "period_s": PERIOD, "doctor": args.doctor,
-           "real_timing": args.real_timing, "gated": args.gated, "scale": SCALE,
+           "real_timing": args.real_timing, "gated": args.gated, "without": sorted(without), "scale": SCALE,
            "step_seconds": args.step_seconds, "rules_step_seconds": RULES_STEP_SECONDS,
            "for": {name: scaled_for(f) for name, f in fors.items()},
            "runs": rows, "runs_with_a_precursor_alert": [r["name"] for r in rows if r["fired"]],
@@ -510,7 +517,8 @@ def main() -> None:
              "precursor alert: "
              f"**{len(res['runs_with_a_precursor_alert'])}**, while the run was stepping: "
              f"**{len(res['runs_with_one_while_stepping'])}** (the others' alerts went active after the last step, on "
-             "a record whose last values are held)", "",
+             "a record whose last values are held)"
+             + (f"; replayed without {', '.join(sorted(without))}" if without else ""), "",
              ("With the stepping gate the thirty-third run tried (not committed; its floors scaled: " + ", ".join(
                  f"{k} {v:g} s" for k, v in gate_floors().items()) + f"): it held while a run was stepping on "
               f"**{len(res['gate_shut_while_stepping'])}** runs"

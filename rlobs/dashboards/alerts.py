@@ -643,6 +643,15 @@ def rules_step_seconds(step_seconds: float) -> int:
     return max(2, 2 * round(step_seconds / 2))
 
 
+def _add_durations(a: str, b: str) -> str:
+    """Two durations of one unit each (``10m``, ``5000ms``) added: a window shifted by another, in the largest whole
+    unit (``20m``; ``10000ms`` where not whole seconds, as a replay's scaled windows are)."""
+    ms = round((duration_seconds(a) + duration_seconds(b)) * 1000)
+    if ms % 1000:
+        return f"{ms}ms"
+    return next(f"{ms // 1000 // n}{u}" for u, n in _UNITS if ms // 1000 % n == 0)
+
+
 def precursor_windows(step_seconds: float = PRECURSOR_STEP_SECONDS) -> dict[str, str]:
     """The precursor alerts' ``recent`` and ``history`` windows for steps of ``step_seconds``."""
     return {k: scaled_duration(v, step_seconds) for k, v in PRECURSOR_WINDOWS.items()}
@@ -756,12 +765,20 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     # heldout_share of that gain. Held-out success comes from the driver, not the trainer: one reading per run,
     # matched to the trainer's series on the run (group_left keeps the trainer's labels). The doctor asks two
     # evaluations running; here `for` holds it (an evaluation every few minutes of a real run)
-    reward_gain = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} - "
-                   f"{_over_time('quantile_over_time', 'rlobs_reward_mean', history, recent, q=0.1)})")
-    heldout_gain = (f"max by ({GROUP[0]}) ({_over_time('last_over_time', 'rlobs_heldout_success', recent)} - "
-                    f"{_over_time('min_over_time', 'rlobs_heldout_success', history, recent)})")
-    hacking = (f"({reward_gain} >= {h['reward_gain']:g}) and "
-               f"({reward_gain} - on ({GROUP[0]}) group_left {heldout_gain} / {h['heldout_share']:.6g} >= 0)")
+    # The doctor asks that at two held-out evaluations running; here the condition must hold now and one `recent`
+    # window before (every selector shifted by it: at an evaluation every 5 steps, two evaluations). Without it
+    # (forty-second early-warning run) the leg paged 7 of 127 healthy runs replayed live while stepping: their reward
+    # climbs a step or two ahead of the next evaluation, one reading running
+    def _hacking_leg(shift: str | None) -> str:
+        back = _add_durations(recent, shift) if shift else recent
+        reward_gain = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent, shift)} - "
+                       f"{_over_time('quantile_over_time', 'rlobs_reward_mean', history, back, q=0.1)})")
+        heldout_gain = (f"max by ({GROUP[0]}) ({_over_time('last_over_time', 'rlobs_heldout_success', recent, shift)}"
+                        f" - {_over_time('min_over_time', 'rlobs_heldout_success', history, back)})")
+        return (f"({reward_gain} >= {h['reward_gain']:g}) and "
+                f"({reward_gain} - on ({GROUP[0]}) group_left {heldout_gain} / {h['heldout_share']:.6g} >= 0)")
+
+    hacking = f"({_hacking_leg(None)}){on}({_hacking_leg(recent)})"
     # the audit leg: the training reward's excess over an exact check on the same samples (the driver's gauge), its
     # mean over the recent window over audit_above and audit_gain above its low decile in the hour before
     audit_now = _over_time('avg_over_time', 'rlobs_grader_audit_gap', recent)
