@@ -857,6 +857,10 @@ for _k in RUN42_HEALTHY:
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + RUN42_HEALTHY_SEEDS, _steps)
 RUN42_NAMES = ([f"{c}-s{s}" for c, seeds in RUN42.items() for s in seeds]
                + [f"{k}-s{s}" for k in RUN42_HEALTHY for s in RUN42_HEALTHY_SEEDS])
+# Seen strays checked (retrained 17:49-17:51 UTC, simulated step by step and replayed in promtool): the held-out
+# leg's condition held at no step of lr-too-high s111, s115 or s118 on one reading or two (their strays were the
+# twenty-seventh to twenty-ninth runs' variants, the doctor's levels as gauges). The shift stays 5 steps (one
+# `recent` window), frozen with this comment before any held-out run is trained
 
 
 def _flags(run_dir: Path) -> list[str]:

@@ -678,6 +678,30 @@ def _reward_not_climbing(recent: str, history: str, gain: float) -> str:
     return f"({now} < {before} + {gain:g})"
 
 
+def reward_hacking_heldout(recent: str, history: str, h: Mapping[str, float], readings: int = 2) -> str:
+    """The reward-hacking alert's held-out leg: the training reward's mean over the ``recent`` window above its early
+    level (the low decile of the ``history`` window before) by ``reward_gain``, and the last held-out evaluation
+    above the lowest of that window by at most ``heldout_share`` of the gain. Held-out success comes from the driver,
+    not the trainer: one reading per run, matched to the trainer's series on the run (group_left keeps the trainer's
+    labels). ``readings``: the doctor asks it at two held-out evaluations running; here it must hold now and
+    ``readings - 1`` ``recent`` windows before (every selector shifted by one: at an evaluation every 5 steps, two
+    evaluations). With one reading (the rule until the forty-second early-warning run) it paged 7 of 127 healthy
+    runs replayed live while stepping: a reward that climbs a step or two ahead of the next evaluation."""
+    def at(shift: str | None) -> str:
+        back = _add_durations(recent, shift) if shift else recent
+        reward_gain = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent, shift)} - "
+                       f"{_over_time('quantile_over_time', 'rlobs_reward_mean', history, back, q=0.1)})")
+        heldout_gain = (f"max by ({GROUP[0]}) ({_over_time('last_over_time', 'rlobs_heldout_success', recent, shift)}"
+                        f" - {_over_time('min_over_time', 'rlobs_heldout_success', history, back)})")
+        return (f"({reward_gain} >= {h['reward_gain']:g}) and "
+                f"({reward_gain} - on ({GROUP[0]}) group_left {heldout_gain} / {h['heldout_share']:.6g} >= 0)")
+
+    shifts: list[str | None] = [None]
+    for _ in range(readings - 1):
+        shifts.append(recent if shifts[-1] is None else _add_durations(shifts[-1], recent))
+    return f" and on ({', '.join(GROUP)}) ".join(f"({at(x)})" for x in shifts)
+
+
 def precursor_rules(recent: str | None = None, history: str | None = None,
                     gate: AlertThresholds | None = None,
                     step_seconds: float = PRECURSOR_STEP_SECONDS) -> tuple[AlertRule, ...]:
@@ -760,25 +784,7 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     heldout_climbed = (f"({_over_time('max_over_time', 'rlobs_heldout_success', recent)} >= "
                        f"{_over_time('min_over_time', 'rlobs_heldout_success', history, recent)}"
                        f" + {o['heldout_gain']:g})")
-    # reward hacking: the training reward's mean over the recent window above its early level (the low decile of the
-    # hour before) by reward_gain, and the last held-out evaluation above the lowest of the hour before by at most
-    # heldout_share of that gain. Held-out success comes from the driver, not the trainer: one reading per run,
-    # matched to the trainer's series on the run (group_left keeps the trainer's labels). The doctor asks two
-    # evaluations running; here `for` holds it (an evaluation every few minutes of a real run)
-    # The doctor asks that at two held-out evaluations running; here the condition must hold now and one `recent`
-    # window before (every selector shifted by it: at an evaluation every 5 steps, two evaluations). Without it
-    # (forty-second early-warning run) the leg paged 7 of 127 healthy runs replayed live while stepping: their reward
-    # climbs a step or two ahead of the next evaluation, one reading running
-    def _hacking_leg(shift: str | None) -> str:
-        back = _add_durations(recent, shift) if shift else recent
-        reward_gain = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent, shift)} - "
-                       f"{_over_time('quantile_over_time', 'rlobs_reward_mean', history, back, q=0.1)})")
-        heldout_gain = (f"max by ({GROUP[0]}) ({_over_time('last_over_time', 'rlobs_heldout_success', recent, shift)}"
-                        f" - {_over_time('min_over_time', 'rlobs_heldout_success', history, back)})")
-        return (f"({reward_gain} >= {h['reward_gain']:g}) and "
-                f"({reward_gain} - on ({GROUP[0]}) group_left {heldout_gain} / {h['heldout_share']:.6g} >= 0)")
-
-    hacking = f"({_hacking_leg(None)}){on}({_hacking_leg(recent)})"
+    hacking = reward_hacking_heldout(recent, history, h)
     # the audit leg: the training reward's excess over an exact check on the same samples (the driver's gauge), its
     # mean over the recent window over audit_above and audit_gain above its low decile in the hour before
     audit_now = _over_time('avg_over_time', 'rlobs_grader_audit_gap', recent)

@@ -323,6 +323,70 @@ def test_oversized_updates_alert_is_quiet_on_a_solved_policys_update_burst(tmp_p
         ("solved as recorded", {}, set()), ("half the groups zero-std", {"zero_std": [0.5] * len(steps)}, set())])
 
 
+def test_reward_hacking_alert_asks_two_held_out_readings_on_real_runs(tmp_path):
+    """Two real runs (tests/early_warning/data/reward_hacking_heldout.json), replayed at a step every 2 minutes
+    (scraped every 30 s, held-out success every 5 steps) into a real promtool beside the same held-out leg on one
+    reading (the rule until the forty-second early-warning run). healthy-g8x2-s211's reward climbs ahead of its next
+    evaluation: one reading pages it at 67.5 minutes (step 33); the committed rule, which asks the condition one
+    window before too, is quiet throughout. reward-hacking-s146, without its audit gauge (the held-out leg alone),
+    still pages, at the step the doctor's held-out leg warns (30) plus the alert's `for`: quiet before it."""
+    import json
+
+    from rlobs.doctor.rules.precursors import _divergence
+    from rlobs.failures import thresholds
+
+    runs = json.loads((Path(__file__).resolve().parents[1] / "early_warning" / "data"
+                       / "reward_hacking_heldout.json").read_text())["runs"]
+    th = thresholds("precursor-reward-hacking")
+    per = 4  # scrapes per step
+    r = a.rule("precursor-reward-hacking")
+    one = {"groups": [{"name": "one-reading", "rules": [
+        {"alert": "OneReading", "for": r.for_,
+         "expr": a.reward_hacking_heldout(a.PRECURSOR_WINDOWS["recent"], a.PRECURSOR_WINDOWS["history"], th,
+                                          readings=1)}]}]}
+    (tmp_path / "one_reading.yaml").write_text(yaml.safe_dump(one))
+    alert = {**r.labels, "run": "r1", "component": "trainer"}
+    notes = {k: a._render(v, alert, "552.5m") for k, v in r.annotations().items()}  # the reward's gain at step 30
+
+    def sel(name: str, **extra: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**a.CASE_LABELS, **extra}.items()) + "}"
+
+    def case(name: str, firing: dict[str, set[int]]) -> dict:
+        steps = runs[name]["steps"]
+        held, last = [], None
+        for x in steps:  # the driver's gauge holds its last evaluation
+            last = x.get("heldout", last)
+            held.append(last)
+
+        def vals(xs: list[float]) -> str:
+            return " ".join(" ".join([f"{v:.9g}"] * per) for v in xs)
+
+        series = [{"series": sel("rlobs_reward_mean"), "values": vals([x["reward"] for x in steps])},
+                  {"series": sel("rlobs_heldout_success", component="orchestrator"), "values": vals(held)},
+                  {"series": sel("up"), "values": vals([1] * len(steps))}]
+        times = range(60, 30 * per * len(steps), 30)
+        tests = [{"eval_time": f"{t}s", "alertname": r.name,
+                  "exp_alerts": [{"exp_labels": alert, "exp_annotations": notes}] if t in firing[r.name] else []}
+                 for t in times if t <= max(firing[r.name], default=times[-1])]
+        tests += [{"eval_time": f"{t}s", "alertname": "OneReading",
+                   "exp_alerts": [{"exp_labels": {"alertname": "OneReading", "run": "r1", "component": "trainer"}}]}
+                  for t in firing["OneReading"]]
+        return {"name": name, "interval": "30s", "input_series": series, "alert_rule_test": tests}
+
+    hacking = runs["reward-hacking-s146"]["steps"]
+    warned = _divergence([(x["step"], x["reward"]) for x in hacking],
+                         [(x["step"], x["heldout"]) for x in hacking if "heldout" in x], th)
+    assert warned is not None and warned[0] == 30  # the doctor's held-out leg
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml"), "one_reading.yaml"], "evaluation_interval": "30s",
+           "tests": [case("healthy-g8x2-s211", {r.name: set(), "OneReading": {4050}}),
+                     # pending at step 30's first scrape, firing a `for` (1 minute) later: 3660 s
+                     case("reward-hacking-s146", {r.name: {3660}, "OneReading": set()})]}
+    (tmp_path / "hacking_heldout_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "hacking_heldout_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
 def _trainer_with_pauses(minutes: int, steps: list[int], pauses: list[tuple[int, int | None]],
                          declared: bool = True, step_s: int = 60) -> list[dict[str, str]]:
     """promtool input series, one sample a minute for ``minutes`` minutes: the trainer steps at each minute of ``steps``
