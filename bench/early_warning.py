@@ -862,6 +862,24 @@ RUN42_NAMES = ([f"{c}-s{s}" for c, seeds in RUN42.items() for s in seeds]
 # twenty-seventh to twenty-ninth runs' variants, the doctor's levels as gauges). The shift stays 5 steps (one
 # `recent` window), frozen with this comment before any held-out run is trained
 
+# Forty-third run (6 Dec 2026, registered here with its change frozen, before any of its runs was trained): the
+# forty-second run's held-out healthy-async-kl-s228 (separate_async, KL term 0.01; held-out success 0.22 -> 0.77) was
+# warned by precursor-kl-creep at step 8: its reference KL read 22.3 and 8.8 at steps 6 and 8 between 0.01-0.1, and
+# the median of the last 3 steps was a spike. The change (the failure table, `min_alarms` 2, read by every drift
+# precursor that sets it; only the KL rule does): the alarm must hold at two steps running. Chosen on seen records
+# (ew41 kl-blow-up 138-143: each warned one step later, 7-16 -> 8-17, every one before its drop; s228 silent; no
+# other run of ew39 / ew41 moved). Held out, their number fixed here, 60 steps, trained after this commit and scored
+# once: kl-blow-up 144-147 and healthy-async-kl 230-235. The bar: (a) every fresh KL run the rules before (9a7f0cf,
+# same records) warn before its drop, the new rules warn before it too; (b) the whole doctor (every rule, warnings and
+# criticals) on the 6 healthy runs: 0, the rules before reported beside. Both hold: it stays; else reverted
+RUN43 = {"kl-blow-up": (144, 145, 146, 147)}
+HELDOUT_EXTRA["kl-blow-up"] += RUN43["kl-blow-up"]
+RUN43_HEALTHY_SEEDS = (230, 231, 232, 233, 234, 235)
+_what, _args, _seeds, _steps = HEALTHY_VARIANTS["healthy-async-kl"]
+HEALTHY_VARIANTS["healthy-async-kl"] = (_what, _args, _seeds + RUN43_HEALTHY_SEEDS, _steps)
+RUN43_NAMES = ([f"kl-blow-up-s{s}" for s in RUN43["kl-blow-up"]]
+               + [f"healthy-async-kl-s{s}" for s in RUN43_HEALTHY_SEEDS])
+
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}

@@ -158,22 +158,31 @@ def _first_alarm(p: Precursor, ctx: RunContext, th: Mapping[str, float], points:
     """The first step the online detector alarms on with no guard silencing it, and how many alarms followed."""
     det = DriftDetector(p.direction, log=p.log, target=None, **_detector_params(th))
     reward = series(ctx, "reward") if (p.learning_guard or p.solved_guard) else []
-    first, count = None, 0
+    first, count, running = None, 0, 0
+    need = int(th.get("min_alarms", 1))  # consecutive steps the alarm must hold (a spike is not a creep)
     for s, v in points:
         d = det.push(s, v)
+        running += 1
         if d is None:
+            running = 0
             continue
         if "min_level" in th and p.direction * (d.level - th["min_level"]) < 0:
+            running = 0
             continue  # a share rising from 0 to 1 group of 8 is a trend of nothing: the level must matter
         if "min_rate" in th and _rate(d, s, points) < th["min_rate"]:
+            running = 0
             continue  # risen from the run's start, but no faster than a run that learns moves (see _rate)
         if reward:
             early, recent = _reward_at(reward, s, th)
             if early is not None and recent is not None:
                 if p.learning_guard and recent >= early + th["learning_gain"]:
+                    running = 0
                     continue  # the reward climbs: this drift is learning
                 if p.solved_guard and recent >= th["solved_reward"]:
+                    running = 0
                     continue  # groups are solved, not stuck
+        if running < need:
+            continue
         if first is None:
             first = Drift(d.step, d.onset, d.base, d.sigma, d.level, d.effect, d.cusum, d.slope,
                           _eta(p, d, th))
