@@ -927,7 +927,7 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
             "In run {{ $labels.run }} ({{ $labels.component }}) the training reward has climbed {{ $value | humanize }} "
             f"over the last {recent} against its early level in the {history} before ({h['reward_gain']:g}+) while "
             f"held-out success (an exact check on prompts it never trains on) gained at most "
-            f"{h['heldout_share']:.0%} of that; or it pays {{{{ $value | humanize }}}} more than an exact check on the "
+            f"{h['heldout_share']:.0%} of that, now and {recent} before (two held-out readings); or it pays {{{{ $value | humanize }}}} more than an exact check on the "
             f"same training samples ({h['audit_above']:g}+, up {h['audit_gain']:g}+ on the {history} before): the grader "
             "pays for something that is not success (a loophole) and every further step trains it. Audit the grader on the run's own samples, fix it, resume from a checkpoint before the warning.",
             PromtoolCase((("rlobs_reward_mean", {}, "0.2x70 0.7x20"),
