@@ -672,3 +672,20 @@ def test_the_solved_guard_does_not_hide_a_warm_up_collapse(tmp_path):
         assert all("from the run's first steps" in f.title for f in late), [f.title for f in late]
     finally:
         del DATA["runs"]["_solved"]
+
+
+def test_two_kl_spikes_on_a_healthy_kl_term_run_are_not_a_creep(tmp_path):
+    """Two real healthy runs with a KL term (data/kl_spikes.json: separate_async, kl_coef 0.01; held-out success 0.22
+    -> 0.77 and -> 0.82) each logged two reference-KL spikes two steps apart (the k3 estimator is unbounded above:
+    22.3 and 8.8 nats/token on s228, 31.3 and 815 on s230, between readings of 0.01-0.1). The KL-creep rule's median
+    of the last 3 steps is a spike then, and it warned at steps 8 and 19; a creep holds, so the alarm must hold two
+    steps running (min_alarms, forty-third early-warning run): no precursor warns on either run."""
+    kl = "precursor-kl-creep"
+    assert FAILURES[kl].thresholds["min_alarms"] == 2
+    for name, step in (("healthy-async-kl-s228", 8), ("healthy-async-kl-s230", 19)):
+        d, run = _data_record(tmp_path, "kl_spikes.json", name)
+        spikes = [r["step"] for r in run["steps"] if (r.get("kl") or 0) > 5]
+        assert spikes == [step - 2, step], spikes
+        assert not diagnose(rlobs.open_run(d), rule_ids=list(PRECURSOR_IDS)).findings, name
+        one = diagnose(rlobs.open_run(d), rule_ids=[kl], thresholds={kl: {"min_alarms": 1}})
+        assert [f.first_step for f in one.findings] == [step], name
