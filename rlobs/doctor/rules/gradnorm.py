@@ -9,6 +9,7 @@ from rlobs.detect import SPIKE as SPIKE_DEFAULTS
 from rlobs.detect import SpikeScore
 from rlobs.doctor.context import RunContext, finite
 from rlobs.doctor.model import Evidence, Finding, RuleResult, Severity, rule
+from rlobs.failures import thresholds
 
 
 def _series(ctx: RunContext) -> list[tuple[int, float]]:
@@ -60,7 +61,12 @@ def _insufficient_grad(ctx: RunContext) -> RuleResult:
     return Insufficient("no train_step events with grad_norm" if ctx.count("train_step") else "no train_step events")
 
 
-_IMPACT = {"impact_steps": 3, "impact_z": 6.0, "entropy_drop": 0.5, "entropy_z": 3.0, "kl_ratio": 10.0}
+# kl_min_rate (forty-fourth early-warning run, 6 Dec 2026): the KL consequence also needs the KL's rise per step since
+# the run's first step at the KL-creep rule's min_rate (the failure table's number, not chosen here). A run that
+# starts at its reference has a KL near 0 for its first steps and 10x that a few steps later while it learns: two
+# healthy KL-term runs' clipped spikes at steps 4-6 (k3 spikes of the trainer's KL estimate) were called critical
+_IMPACT = {"impact_steps": 3, "impact_z": 6.0, "entropy_drop": 0.5, "entropy_z": 3.0, "kl_ratio": 10.0,
+           "kl_min_rate": thresholds("precursor-kl-creep")["min_rate"]}
 
 
 def _step_table(ctx: RunContext) -> dict[int, dict[str, float]]:
@@ -113,9 +119,12 @@ def impact(ctx: RunContext, step: int, th: Mapping[str, float]) -> list[Evidence
                             (step + 1, step + k), "entropy collapsed after the spike"))
     kl = [(s, float(v["kl"])) for s, v in sorted(table.items()) if finite(v["kl"])]
     sh = level_shift(kl, step, after=k)
-    if sh is not None and sh.after > th["kl_ratio"] * max(abs(sh.before), 1e-6) and sh.z > th["impact_z"]:
+    rate = (sh.after - kl[0][1]) / max(1, step + k - kl[0][0]) if sh is not None else 0.0  # per step since the start
+    if (sh is not None and sh.after > th["kl_ratio"] * max(abs(sh.before), 1e-6) and sh.z > th["impact_z"]
+            and rate >= th.get("kl_min_rate", 0.0)):
         out.append(Evidence("train_step.kl", round(sh.after, 6), round(th["kl_ratio"] * sh.before, 6),
-                            (step + 1, step + k), "KL blew up after the spike"))
+                            (step + 1, step + k), f"KL blew up after the spike ({rate:.3g} a step since the "
+                            "run's first step)"))
     return out
 
 
