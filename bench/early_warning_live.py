@@ -64,7 +64,7 @@ def emit_step(rec: Any, row: Mapping[str, Any], correction_cap: float | None = N
     rec.set_step(int(row["step"]))
     rec.emit("train_step", loss=0.0, grad_norm=row.get("grad_norm"), reward_mean=row.get("reward"),
              entropy=row.get("entropy"), kl=row.get("kl"), policy_kl=row.get("policy_kl"), lr=row.get("lr"),
-             step_seconds=step_seconds)
+             step_seconds=step_seconds, clipped=row.get("clipped"))  # clipped: where the extracted row says
     if row.get("heldout") is not None:  # a held-out evaluation after this step (trainer_ref's driver emits it)
         rec.emit("scalar", name="eval_reward_mean", value=row["heldout"], source="trainer_ref")
     if row.get("audit_gap") is not None:  # the grader audit of the step's samples (trainer_ref's driver emits it)

@@ -43,7 +43,8 @@ def test_a_watcher_started_before_the_record_serves_each_finding_with_its_onset(
         assert names <= all_exposed_names(), names - all_exposed_names()
         found = {s.labels["rule"]: s.value for s in families["rlobs_doctor_finding"]}
         onset = {s.labels["rule"]: s.value for s in families["rlobs_doctor_finding_first_step"]}
-        assert found.get("precursor-kl-creep") == 1 and onset["precursor-kl-creep"] == 8
+        # step 9: the creep alarms at 8 and 9 (two alarms running, the forty-third early-warning run)
+        assert found.get("precursor-kl-creep") == 1 and onset["precursor-kl-creep"] == 9
         assert all(s.labels["run"] == "exp-kl" and s.labels["component"] == "doctor"
                    for samples in families.values() for s in samples)
         evals = {s.labels["outcome"]: s.value for s in families["rlobs_doctor_evaluations"]
