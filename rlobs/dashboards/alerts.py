@@ -631,8 +631,7 @@ def scaled_duration(d: str, step_seconds: float) -> str:
     steps (``10m`` at 300 s a step: ``25m``), in the largest whole unit, whole seconds at least."""
     if step_seconds <= 0:
         raise ValueError(f"step seconds must be positive, not {step_seconds:g}")
-    secs = max(1, round(duration_seconds(d) * step_seconds / PRECURSOR_STEP_SECONDS))
-    return next(f"{secs // n}{u}" for u, n in _UNITS if secs % n == 0)
+    return _duration(max(1, round(duration_seconds(d) * step_seconds / PRECURSOR_STEP_SECONDS)))
 
 
 def rules_step_seconds(step_seconds: float) -> int:
@@ -643,10 +642,10 @@ def rules_step_seconds(step_seconds: float) -> int:
     return max(2, 2 * round(step_seconds / 2))
 
 
-def _add_durations(a: str, b: str) -> str:
-    """Two durations of one unit each (``10m``, ``5000ms``) added: a window shifted by another, in the largest whole
-    unit (``20m``; ``10000ms`` where not whole seconds, as a replay's scaled windows are)."""
-    ms = round((duration_seconds(a) + duration_seconds(b)) * 1000)
+def _duration(seconds: float) -> str:
+    """``seconds`` as a Prometheus duration of one unit, the largest whole one (``20m``; ``10500ms`` where not whole
+    seconds, as a replay's scaled windows are)."""
+    ms = round(seconds * 1000)
     if ms % 1000:
         return f"{ms}ms"
     return next(f"{ms // 1000 // n}{u}" for u, n in _UNITS if ms // 1000 % n == 0)
@@ -687,8 +686,9 @@ def reward_hacking_heldout(recent: str, history: str, h: Mapping[str, float], re
     ``readings - 1`` ``recent`` windows before (every selector shifted by one: at an evaluation every 5 steps, two
     evaluations). With one reading (the rule until the forty-second early-warning run) it paged 7 of 127 healthy
     runs replayed live while stepping: a reward that climbs a step or two ahead of the next evaluation."""
-    def at(shift: str | None) -> str:
-        back = _add_durations(recent, shift) if shift else recent
+    def at(i: int) -> str:  # the condition i `recent` windows ago
+        shift = _duration(i * duration_seconds(recent)) if i else None
+        back = _duration((i + 1) * duration_seconds(recent)) if i else recent
         reward_gain = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent, shift)} - "
                        f"{_over_time('quantile_over_time', 'rlobs_reward_mean', history, back, q=0.1)})")
         heldout_gain = (f"max by ({GROUP[0]}) ({_over_time('last_over_time', 'rlobs_heldout_success', recent, shift)}"
@@ -696,10 +696,7 @@ def reward_hacking_heldout(recent: str, history: str, h: Mapping[str, float], re
         return (f"({reward_gain} >= {h['reward_gain']:g}) and "
                 f"({reward_gain} - on ({GROUP[0]}) group_left {heldout_gain} / {h['heldout_share']:.6g} >= 0)")
 
-    shifts: list[str | None] = [None]
-    for _ in range(readings - 1):
-        shifts.append(recent if shifts[-1] is None else _add_durations(shifts[-1], recent))
-    return f" and on ({', '.join(GROUP)}) ".join(f"({at(x)})" for x in shifts)
+    return f" and on ({', '.join(GROUP)}) ".join(f"({at(i)})" for i in range(readings))
 
 
 def precursor_rules(recent: str | None = None, history: str | None = None,

@@ -154,34 +154,33 @@ class Precursor:
     solved_guard: bool = False  # silent while the reward is above solved_reward
 
 
+def _silenced(p: Precursor, th: Mapping[str, float], d: Drift, s: int, points: Series, reward: Series) -> bool:
+    """A guard keeps the detector's alarm at step ``s`` from being a warning."""
+    if "min_level" in th and p.direction * (d.level - th["min_level"]) < 0:
+        return True  # a share rising from 0 to 1 group of 8 is a trend of nothing: the level must matter
+    if "min_rate" in th and _rate(d, s, points) < th["min_rate"]:
+        return True  # risen from the run's start, but no faster than a run that learns moves (see _rate)
+    if reward:
+        early, recent = _reward_at(reward, s, th)
+        if early is not None and recent is not None:
+            if p.learning_guard and recent >= early + th["learning_gain"]:
+                return True  # the reward climbs: this drift is learning
+            if p.solved_guard and recent >= th["solved_reward"]:
+                return True  # groups are solved, not stuck
+    return False
+
+
 def _first_alarm(p: Precursor, ctx: RunContext, th: Mapping[str, float], points: Series) -> tuple[Drift, int] | None:
-    """The first step the online detector alarms on with no guard silencing it, and how many alarms followed."""
+    """The first step the online detector alarms on with no guard silencing it, ``min_alarms`` steps running (a
+    spike is not a creep), and how many such steps followed."""
     det = DriftDetector(p.direction, log=p.log, target=None, **_detector_params(th))
     reward = series(ctx, "reward") if (p.learning_guard or p.solved_guard) else []
+    need = int(th.get("min_alarms", 1))
     first, count, running = None, 0, 0
-    need = int(th.get("min_alarms", 1))  # consecutive steps the alarm must hold (a spike is not a creep)
     for s, v in points:
         d = det.push(s, v)
-        running += 1
-        if d is None:
-            running = 0
-            continue
-        if "min_level" in th and p.direction * (d.level - th["min_level"]) < 0:
-            running = 0
-            continue  # a share rising from 0 to 1 group of 8 is a trend of nothing: the level must matter
-        if "min_rate" in th and _rate(d, s, points) < th["min_rate"]:
-            running = 0
-            continue  # risen from the run's start, but no faster than a run that learns moves (see _rate)
-        if reward:
-            early, recent = _reward_at(reward, s, th)
-            if early is not None and recent is not None:
-                if p.learning_guard and recent >= early + th["learning_gain"]:
-                    running = 0
-                    continue  # the reward climbs: this drift is learning
-                if p.solved_guard and recent >= th["solved_reward"]:
-                    running = 0
-                    continue  # groups are solved, not stuck
-        if running < need:
+        running = 0 if d is None or _silenced(p, th, d, s, points, reward) else running + 1
+        if running < max(need, 1):
             continue
         if first is None:
             first = Drift(d.step, d.onset, d.base, d.sigma, d.level, d.effect, d.cusum, d.slope,
