@@ -901,10 +901,35 @@ RUN44_NAMES = [f"healthy-async-kl-s{s}" for s in RUN44_HEALTHY_SEEDS]
 # 0 of 8 too (no fresh spike had a KL consequence: s239's 45-nat spike came at step 3, before the spike detector's
 # warm-up). The change is shown on the two runs it was chosen on (a test) and moved nothing on 159 other records
 
+# Forty-fifth run (6 Dec 2026, registered here with its change frozen, before any of its runs was trained): a trainer
+# change, not a rule's. trainer_ref's KL to the reference was the unbounded k3 estimate: on separate_async batches a
+# token the policy has all but dropped sent it to hundreds of nats for a step (5 of the 21 healthy-async-kl runs of
+# the thirty-ninth to forty-fourth runs over 5 nats/token, up to 815; pre-clip grad norms with it up to 1404), the
+# cause of the forty-third and forty-fourth runs' doctor defects. The change (trainer_ref.grpo.k3, config kl_clamp,
+# default 10): k3 bounded per token at 10 in the loss and in what is logged, its log ratio clamped to [-20, 20] for
+# the exponential, as verl's low_var_kl (and OpenRLHF's k3) do; a bounded token adds no KL gradient. The bench's
+# KL settings take the trainer's default. Fresh runs, their number fixed here, 60 steps, trained after this commit
+# and scored once: kl-blow-up 148-153 (sync, lr 1.5e-3, kl_coef 0.05), healthy-async-kl 244-251 (separate_async,
+# kl_coef 0.01), healthy-kl 10-13 (sync, lr 3e-4, kl_coef 0.05). The bar: (a) no fresh run logs a reference KL over
+# 10 nats/token at any step; (b) the healthy KL-term runs learn as before: each one's best held-out success 0.3+ over
+# its first evaluation, as every one of the 21 unbounded healthy-async-kl runs did; (c) the whole doctor (every
+# rule, warnings and criticals) on the 12 healthy runs: 0; (d) the KL blow-up class still collapses (5+ of 6 by the
+# bench's drop) and the doctor warns before the drop on every one that does. (a)-(c) hold: the bound stays in the
+# trainer. (d) fails: the bench's KL class is reported as changed by it and re-registered (the unbounded setting
+# with --kl-clamp 0 beside the bounded one), not tuned here
+RUN45 = {"kl-blow-up": (148, 149, 150, 151, 152, 153)}
+HELDOUT_EXTRA["kl-blow-up"] += RUN45["kl-blow-up"]
+RUN45_HEALTHY = {"healthy-async-kl": (244, 245, 246, 247, 248, 249, 250, 251), "healthy-kl": (10, 11, 12, 13)}
+for _k, _s in RUN45_HEALTHY.items():
+    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
+    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
+RUN45_NAMES = ([f"kl-blow-up-s{s}" for s in RUN45["kl-blow-up"]]
+               + [f"{k}-s{s}" for k, seeds in RUN45_HEALTHY.items() for s in seeds])
+
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
-    keys = ("mode", "lr", "lr_peak", "lr_warmup_steps", "temperature", "kl_coef", "tis_cap", "max_staleness", "grader",
+    keys = ("mode", "lr", "lr_peak", "lr_warmup_steps", "temperature", "kl_coef", "kl_clamp", "tis_cap", "max_staleness", "grader",
             "chain_prob", "eval_chain_prob", "ppo_epochs", "steps", "seed")
     return [x for k in keys if k in cfg for x in (f"--{k.replace('_', '-')}", str(cfg[k]))]
 

@@ -46,6 +46,7 @@ class Config:
     ppo_epochs: int = field(default=1, metadata={"help": "optimiser updates per step over the same batch (verl's ppo_epochs): the proximal log-probs are the step's first pass, so the ratio clip acts from the second update on; the policy version still advances once per step"})
     adv_eps: float = field(default=1e-4, metadata={"help": "epsilon in (r - mean) / (std + eps)"})
     kl_coef: float = field(default=0.0, metadata={"help": "KL-to-reference coefficient (0: no reference model)"})
+    kl_clamp: float = field(default=10.0, metadata={"help": "per-token bound of the k3 KL to the reference, in the loss and in what is logged (verl's low_var_kl and OpenRLHF's k3 clamp at 10): a token the policy has all but dropped (a stale sample's) otherwise reads hundreds of nats and its gradient with it; a clamped token adds no KL gradient; 0: unbounded (trainer_ref before 6 Dec 2026)"})
     entropy_coef: float = field(default=0.0, metadata={"help": "entropy coefficient (verl's entropy_coeff): the loss subtracts coef x the mean token entropy, so > 0 is an entropy bonus (exploration) and < 0 minimises entropy (the EM-RL / RENT objective; too strong, it collapses the policy onto its own guesses); 0: off"})
     tis_cap: float = field(default=2.0, metadata={"help": "truncated importance-sampling cap C (0: off)"})
     max_grad_norm: float = field(default=1.0, metadata={"help": "gradient clipping threshold"})

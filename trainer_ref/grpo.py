@@ -9,7 +9,8 @@ each deliberate and each what current open trainers (verl, AReaL, slime, DAPO) d
    1/|o_i| per sequence biases towards short answers). The denominator is computed once for the
    whole batch and shared by every micro-batch (and would be by every data-parallel rank).
 2. KL to the reference is optional and off by default (``kl_coef = 0``: DAPO, Dr. GRPO); when on it
-   is the paper's k3 estimator added to the per-token loss, not folded into the reward.
+   is the paper's k3 estimator added to the per-token loss, not folded into the reward, bounded per token at
+   ``kl_clamp`` (10, as verl's ``low_var_kl`` and OpenRLHF's k3).
 3. Asynchronous samples: the generator's own per-token log-probs (behaviour policy, possibly
    ``staleness`` versions old) differ from the trainer's. The ratio of the clipped surrogate is
    taken against the trainer's log-probs at consumption (the "proximal" policy, AReaL's decoupled
@@ -122,8 +123,17 @@ def token_logprobs(model: Any, ids: torch.Tensor, pad_id: int, with_entropy: boo
     return logp, ent
 
 
-def k3(log_ratio: torch.Tensor) -> torch.Tensor:
-    """The k3 KL estimator per token, ``(r - 1) - log r`` with ``log r = log_ratio`` (non-negative)."""
+def k3(log_ratio: torch.Tensor, bound: float = 0.0) -> torch.Tensor:
+    """The k3 KL estimator per token, ``(r - 1) - log r`` with ``log r = log_ratio`` (non-negative).
+
+    ``bound`` > 0: the low-variance form verl (``low_var_kl``) and OpenRLHF use for the KL to a reference: ``log r``
+    clamped to [-20, 20] for the exponential, the estimate to at most ``bound``. k3 grows as ``r`` where the policy
+    has all but dropped a token the reference keeps (a stale sample's token, asynchronous training): unbounded, one
+    such token sent trainer_ref's logged KL to 815 nats/token for a step and the KL loss's gradient with it (README
+    "Early warning"). A clamped token carries no KL gradient."""
+    if bound > 0:
+        log_ratio = log_ratio.clamp(-20.0, 20.0)
+        return (log_ratio.exp() - 1.0 - log_ratio).clamp(max=bound)
     return log_ratio.exp() - 1.0 - log_ratio
 
 
@@ -174,12 +184,13 @@ class LossParts:
 
 def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, gen_logp: torch.Tensor, adv: torch.Tensor,
               mask: torch.Tensor, token_denominator: float, *, clip_eps: float = 0.2, tis_cap: float = 2.0,
-              ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0,
+              ref_logp: torch.Tensor | None = None, kl_coef: float = 0.0, kl_clamp: float = 0.0,
               entropy: torch.Tensor | None = None, entropy_coef: float = 0.0) -> LossParts:
     """Per-token clipped surrogate with TIS weights, summed and divided by the global token count.
 
     logp (B, T): current policy (requires grad); old_logp (B, T): proximal policy (detached);
     gen_logp (B, T): behaviour policy from the generator; adv (B,): sequence advantage; mask (B, T).
+    ``kl_clamp``: the per-token bound of the reference KL (``k3``'s ``bound``; 0: none).
     ``entropy`` (B, T): the current policy's token entropy, reported; with ``entropy_coef`` != 0 it must carry the
     graph: the loss subtracts ``entropy_coef`` x entropy per token (verl's ``entropy_coeff``: > 0 a bonus).
     """
@@ -191,7 +202,7 @@ def grpo_loss(logp: torch.Tensor, old_logp: torch.Tensor, gen_logp: torch.Tensor
     per_tok = w * surr
     kl_val = 0.0
     if ref_logp is not None and kl_coef > 0:
-        kl_tok = k3(ref_logp - logp)
+        kl_tok = k3(ref_logp - logp, kl_clamp)
         per_tok = per_tok + kl_coef * kl_tok
         kl_val = float((kl_tok.detach() * mask).sum())
     if entropy_coef and entropy is not None:

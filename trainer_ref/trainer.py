@@ -214,7 +214,8 @@ class Trainer:
         """``grpo.grpo_loss`` with this run's clip, importance-correction cap and KL coefficient."""
         return grpo.grpo_loss(logp, old, gen, adv, mask, token_den, clip_eps=float(self.cfg["clip_eps"]),
                               tis_cap=float(self.cfg["tis_cap"]), ref_logp=ref,
-                              kl_coef=float(self.cfg.get("kl_coef", 0)), entropy=entropy,
+                              kl_coef=float(self.cfg.get("kl_coef", 0)),
+                              kl_clamp=float(self.cfg.get("kl_clamp", 10.0)), entropy=entropy,
                               entropy_coef=float(self.cfg.get("entropy_coef", 0) or 0))
 
     def _policy_kl(self, b: "_Backward") -> float | None:

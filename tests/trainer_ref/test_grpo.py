@@ -48,6 +48,25 @@ def test_kl_k3_is_zero_at_reference():
     assert float(parts.loss.detach()) == 0.0 and parts.kl == 0.0
 
 
+def test_kl_to_the_reference_is_bounded_per_token_and_a_bounded_token_adds_no_gradient():
+    """A token the policy has all but dropped while the reference keeps it (log ratio 8: k3 = e^8 - 9, ~2972 nats)
+    reads kl_clamp (10) in the logged KL and adds no KL gradient; an ordinary token (log ratio 0.5) is the exact
+    k3 with its gradient; kl_clamp 0 is the unbounded estimate (trainer_ref before 6 Dec 2026)."""
+    ref = torch.tensor([[-1.0, -1.0]])
+    logp = torch.tensor([[-9.0, -1.5]], requires_grad=True)
+    mask, zero = torch.ones(1, 2), torch.tensor([0.0])
+    small = math.exp(0.5) - 1.0 - 0.5
+    parts = grpo.grpo_loss(logp, logp.detach(), logp.detach(), zero, mask, 2.0, ref_logp=ref, kl_coef=0.1,
+                           kl_clamp=10.0)
+    assert math.isclose(parts.kl, 10.0 + small, rel_tol=1e-6)
+    parts.loss.backward()
+    # d k3 / d logp = 1 - exp(ref - logp): the bounded token's is 0, the other's 0.1 x (1 - e^0.5) / 2 tokens
+    assert logp.grad[0, 0] == 0.0
+    assert math.isclose(float(logp.grad[0, 1]), 0.1 * (1.0 - math.exp(0.5)) / 2.0, rel_tol=1e-5)
+    free = grpo.grpo_loss(logp.detach(), logp.detach(), logp.detach(), zero, mask, 2.0, ref_logp=ref, kl_coef=0.1)
+    assert math.isclose(free.kl, math.exp(8.0) - 9.0 + small, rel_tol=1e-5)
+
+
 def test_policy_kl_is_the_k3_estimate_of_the_update():
     """KL(before || after) per completion token, k3 = (r - 1) - log r with r = p_after / p_before; padding and
     prompt positions (mask 0) do not count; an update that changes nothing measures 0."""
