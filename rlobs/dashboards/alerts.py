@@ -819,11 +819,14 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
             "precursor-entropy-decline", "warning",
             stepping(f"({_median_now('rlobs_policy_entropy', recent)} < {1 - e['min_effect']:g} * "
                     f"{_median_before('rlobs_policy_entropy', recent, history)}){on}"
-                    f"{_reward_not_climbing(recent, history, e['learning_gain'])}"), f("precursor-entropy-decline"),
+                    f"{_reward_not_climbing(recent, history, e['learning_gain'])}{on}"
+                    f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} < {e['solved_reward']:g})"),
+            f("precursor-entropy-decline"),
             "Early warning: entropy falling without learning, collapse ahead ({{ $labels.run }})",
             "The median policy entropy of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | humanize }} "
             f"over {win}, under {1 - e['min_effect']:g}x its earlier median, while the training reward is not "
-            f"climbing (< +{e['learning_gain']:g}): the policy sharpens without learning, the precursor of an "
+            f"climbing (< +{e['learning_gain']:g}) nor over {e['solved_reward']:g} (a solved task's policy sharpens as it "
+            "converges): the policy sharpens without learning, the precursor of an "
             "entropy collapse. Raise the temperature or add an entropy bonus; lower the learning rate.",
             PromtoolCase((("rlobs_policy_entropy", {}, "1x70 0.1x20"), ("rlobs_reward_mean", {}, "0.3x90")),
                          "100m", not_yet_min=70, firing_min=88)),

@@ -20,7 +20,8 @@ step to measure it, and ``tests/early_warning/test_precursors.py`` checks the tw
 
 Learning is not a precursor: a healthy run's entropy falls and its solved groups turn zero-std as its reward
 climbs. The entropy and zero-std rules therefore stay silent while the training reward is above its early
-level by ``learning_gain`` (and the zero-std rule while the reward is high: solved, not stuck).
+level by ``learning_gain`` (and while the reward is high, over ``solved_reward``: solved, not stuck; a converging
+policy sharpens).
 
 ``precursor-uncorrected-off-policy`` is a level rule, not a drift: stale samples whose importance ratios have
 lost a fifth of their effective sample size (median of the last ``window`` steps under ``ess_below``, at
@@ -266,7 +267,7 @@ PRECURSORS: dict[str, Precursor] = {p.id: p for p in (
               ("raise the sampling temperature or add an entropy bonus / clip-higher",
                "lower the learning rate",
                "rlobs doctor RUN --rule entropy-collapse --rule advantage-zero-std-groups"),
-              learning_guard=True),
+              learning_guard=True, solved_guard=True),
     Precursor("precursor-importance-truncation", "is_clipped", +1, False, "staleness.is_clipped_ratio",
               "off-policy divergence (stale samples dominate the update)", lambda b, th: th["impact_share"],
               "the generator's samples drift away from the trainer's policy: staleness grows and more tokens "
