@@ -925,6 +925,9 @@ for _k, _s in RUN45_HEALTHY.items():
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
 RUN45_NAMES = ([f"kl-blow-up-s{s}" for s in RUN45["kl-blow-up"]]
                + [f"{k}-s{s}" for k, seeds in RUN45_HEALTHY.items() for s in seeds])
+# Scored once (bench/results/early_warning_run45{,_trainer}.md): met. (a) largest KL 2.2 (healthy 0.26-0.81); (b) 12 of
+# 12 healthy runs learned (+0.43-0.70); (c) whole doctor 0 of 12; (d) 6 of 6 KL blow-ups fell, 6 of 6 warned before
+# the drop (median lead 9). The bound stays
 
 # Forty-sixth run (6 Dec 2026, registered here with its change frozen, before any of its runs was trained; the
 # forty-fifth run's 18 records, training as this is committed and not yet looked at, are held out for it too: the
@@ -952,6 +955,11 @@ for _k, _s in RUN46_HEALTHY.items():
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
 RUN46_NAMES = ([f"{c}-s{s}" for c, seeds in RUN46.items() for s in seeds]
                + [f"{k}-s{s}" for k, seeds in RUN46_HEALTHY.items() for s in seeds])
+# Scored once (bench/results/early_warning_run46{,_live,_live_before}.md): (a) met, not exercised (0 of 21 healthy
+# paged while stepping under either rule set); (c) met (0 under both). (b) not met as worded: the doctor's first
+# warnings identical on all 15 collapse runs, but the live first pages differed by one step on 7 of 15, both ways, all
+# on alerts the change does not touch (identical expressions): two real-time replays' jitter, which an exact-step bar
+# cannot survive (the thirty-fifth to thirty-seventh runs allowed a step). Kept, reported as a deviation (log)
 
 
 def _flags(run_dir: Path) -> list[str]:

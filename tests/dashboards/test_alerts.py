@@ -387,6 +387,50 @@ def test_reward_hacking_alert_asks_two_held_out_readings_on_real_runs(tmp_path):
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
 
 
+def test_entropy_decline_alert_is_quiet_on_a_real_solved_run(tmp_path):
+    """A real healthy run converging on a solved task (tests/early_warning/data/entropy_solved.json:
+    healthy-dp2-completion-s228, training reward 0.8-0.98 over its last steps, entropy 0.06-0.26), replayed at a step
+    every 2 minutes (scraped every 30 s) into a real promtool. The rule without its solved guard (the same expression,
+    the reward bar out of reach) pages it at steps 57-58, as the live replay of the forty-second early-warning run
+    did (pending at step 56); the committed rule, silent while the recent reward is at solved_reward or more, is quiet throughout."""
+    import json
+
+    from rlobs.failures import thresholds
+
+    steps = json.loads((Path(__file__).resolve().parents[1] / "early_warning" / "data"
+                        / "entropy_solved.json").read_text())["steps"]
+    per = 4  # scrapes per step
+    r = a.rule("precursor-entropy-decline")
+    bar = f"< {thresholds('precursor-entropy-decline')['solved_reward']:g})"
+    assert r.expr.count(bar) == 1
+    unguarded = {"groups": [{"name": "unguarded", "rules": [
+        {"alert": "Unguarded", "for": r.for_, "expr": r.expr.replace(bar, "< 2)")}]}]}
+    (tmp_path / "unguarded.yaml").write_text(yaml.safe_dump(unguarded))
+
+    def sel(name: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in a.CASE_LABELS.items()) + "}"
+
+    def vals(xs: list[float]) -> str:
+        return " ".join(" ".join([f"{v:.9g}"] * per) for v in xs)
+
+    series = [{"series": sel("rlobs_reward_mean"), "values": vals([x["reward"] for x in steps])},
+              {"series": sel("rlobs_policy_entropy"), "values": vals([x["entropy"] for x in steps])},
+              {"series": sel("up"), "values": vals([1] * len(steps))}]
+    times = range(60, 30 * per * len(steps), 30)
+    paged = {"alertname": "Unguarded", "run": "r1", "component": "trainer"}
+    firing = set(range(6840, 7020, 30))  # steps 57-58 (a step is 120 s): pending a `for` (1 min) before
+    tests = [{"eval_time": f"{t}s", "alertname": r.name, "exp_alerts": []} for t in times]
+    tests += [{"eval_time": f"{t}s", "alertname": "Unguarded",
+               "exp_alerts": [{"exp_labels": paged}] if t in firing else []} for t in times]
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml"), "unguarded.yaml"], "evaluation_interval": "30s",
+           "tests": [{"name": "healthy-dp2-completion-s228", "interval": "30s", "input_series": series,
+                      "alert_rule_test": tests}]}
+    (tmp_path / "entropy_solved_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "entropy_solved_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
 def _trainer_with_pauses(minutes: int, steps: list[int], pauses: list[tuple[int, int | None]],
                          declared: bool = True, step_s: int = 60) -> list[dict[str, str]]:
     """promtool input series, one sample a minute for ``minutes`` minutes: the trainer steps at each minute of ``steps``

@@ -99,6 +99,27 @@ def test_a_run_without_the_signal_is_insufficient_data(tmp_path):
     assert not report.findings
 
 
+def test_entropy_decline_is_silent_on_a_solved_policy_and_warns_on_one_that_is_not(tmp_path):
+    """The same entropy fall (0.9 -> 0.05 from step 15, the rule's 0.8 effect and more) on a flat training reward:
+    at 0.3 the policy sharpens without learning (a warning); at 0.8, over ``solved_reward``, it is a solved task's
+    policy converging (silent, as the zero-std rule on a solved task; the forty-sixth early-warning run)."""
+    th = FAILURES["precursor-entropy-decline"].thresholds
+    found = {}
+    for reward in (0.3, 0.8):
+        d = tmp_path / f"r{reward}"
+        rec = rlobs.init(d, component="trainer", run_id=f"r{reward}", prometheus=False, set_global=False)
+        for s in range(30):
+            rec.set_step(s)
+            wobble = 0.01 * (s % 3)  # a little noise for the robust sigma
+            rec.emit("train_step", loss=0.0, grad_norm=1.0, reward_mean=reward + wobble,
+                     entropy=(0.9 if s < 15 else 0.05) + wobble)
+        rec.close()
+        found[reward] = diagnose(rlobs.open_run(d), rule_ids=["precursor-entropy-decline"]).findings
+    assert 0.3 < th["solved_reward"] <= 0.8
+    assert [f.rule for f in found[0.3]] == ["precursor-entropy-decline"] and found[0.3][0].first_step >= 15
+    assert found[0.8] == []
+
+
 # ---------- stale samples without importance correction ----------
 STALE = next(n for n, r in DATA["runs"].items() if UNCORRECTED in r["expect"])
 CONTROL = next(n for n, r in DATA["runs"].items() if r["class"] == "healthy" and r.get("correction_cap") == 0)
