@@ -155,7 +155,8 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     # min_alarms 2 (forty-third early-warning run, 6 Dec 2026): the alarm must hold two steps running. The median
     # of 3 steps is no defence against two spikes in three: healthy-async-kl-s228 (forty-second run, held out,
     # learned 0.22 -> 0.77) logged a reference KL of 22.3 and 8.8 at steps 6 and 8 between readings of 0.01-0.1 (the
-    # k3 estimator is unbounded above) and was warned at step 8; a creep holds
+    # trainer's k3 estimate was unbounded above until the forty-fifth run bounded it at 10) and was warned at step 8;
+    # a creep holds
     _f("precursor-kl-creep", "warning", "1m", thresholds={**_DRIFT, "lag": 0, "baseline": 4, "window": 3, "k": 0.5,
                                                           "h": 4.0, "min_effect": 1.0, "impact_ratio": 10.0,
                                                           "min_rate": 0.03, "min_alarms": 2}),

@@ -211,7 +211,7 @@ class Trainer:
 
     def _loss(self, logp: torch.Tensor, old: torch.Tensor, gen: torch.Tensor, adv: torch.Tensor, mask: torch.Tensor,
               token_den: float, ref: torch.Tensor | None, entropy: torch.Tensor | None = None) -> Any:
-        """``grpo.grpo_loss`` with this run's clip, importance-correction cap and KL coefficient."""
+        """``grpo.grpo_loss`` with this run's clip, importance-correction cap, KL coefficient and KL bound."""
         return grpo.grpo_loss(logp, old, gen, adv, mask, token_den, clip_eps=float(self.cfg["clip_eps"]),
                               tis_cap=float(self.cfg["tis_cap"]), ref_logp=ref,
                               kl_coef=float(self.cfg.get("kl_coef", 0)),

@@ -677,6 +677,12 @@ def _reward_not_climbing(recent: str, history: str, gain: float) -> str:
     return f"({now} < {before} + {gain:g})"
 
 
+def _reward_under(recent: str, level: float) -> str:
+    """The training reward's mean over the recent window under ``level`` (the solved guards: a solved task's policy
+    sharpens and its groups turn zero-std as it converges)."""
+    return f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} < {level:g})"
+
+
 def reward_hacking_heldout(recent: str, history: str, h: Mapping[str, float], readings: int = 2) -> str:
     """The reward-hacking alert's held-out leg: the training reward's mean over the ``recent`` window above its early
     level (the low decile of the ``history`` window before) by ``reward_gain``, and the last held-out evaluation
@@ -820,7 +826,7 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
             stepping(f"({_median_now('rlobs_policy_entropy', recent)} < {1 - e['min_effect']:g} * "
                     f"{_median_before('rlobs_policy_entropy', recent, history)}){on}"
                     f"{_reward_not_climbing(recent, history, e['learning_gain'])}{on}"
-                    f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} < {e['solved_reward']:g})"),
+                    f"{_reward_under(recent, e['solved_reward'])}"),
             f("precursor-entropy-decline"),
             "Early warning: entropy falling without learning, collapse ahead ({{ $labels.run }})",
             "The median policy entropy of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | humanize }} "
@@ -863,8 +869,7 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
                     f"{_median_before('rlobs_advantage_zero_std_groups_ratio', recent, history)} + {z['min_abs']:g} "
                     f"and {_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} > {z['min_level']:g})"
                     f"{on}{_reward_not_climbing(recent, history, z['learning_gain'])}{on}"
-                    f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)}"
-                    f" < {z['solved_reward']:g})"), f("precursor-zero-std-rising"),
+                    f"{_reward_under(recent, z['solved_reward'])}"), f("precursor-zero-std-rising"),
             "Early warning: more GRPO groups without signal while the reward is low ({{ $labels.run }})",
             "The median share of zero-std groups of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | "
             "humanizePercentage }} over " + win + f", over {1 + z['min_effect']:g}x its earlier median + "
