@@ -961,6 +961,37 @@ RUN46_NAMES = ([f"{c}-s{s}" for c, seeds in RUN46.items() for s in seeds]
 # on alerts the change does not touch (identical expressions): two real-time replays' jitter, which an exact-step bar
 # cannot survive (the thirty-fifth to thirty-seventh runs allowed a step). Kept, reported as a deviation (log)
 
+# Forty-seventh run (6 Dec 2026, registered here with its change frozen, before any of its runs was trained). The
+# live reward-hacking alert pages healthy runs after their last step, on held values, where a trainer lingers with
+# its exporter up (a final evaluation, a checkpoint upload, a hang): 5 of the forty-sixth run's 21 healthy runs and 5
+# of the forty-second run's 14, pending 6.4-11.4 replay seconds (13-23 minutes of a run at 2 min a step) after the
+# last step; every such page under the rules since the forty-second run went pending more than one `recent` window
+# after it. A page on a run that no longer steps warns of nothing: the windows compare held readings with a history
+# window that slides over fewer and fewer real steps. The change: every precursor alert holds only while its run has
+# progressed within its `recent` window (its trainer's last step, or the end of a declared pause, evaluation /
+# checkpoint / drain, within it: the window holds a fresh reading; alerts.fresh_data). Seen: over the 232 stored
+# records the longest span without progress after step 5 is 4.63 mean steps (healthy-async-kl-s239), under the 5
+# that shut the gate while a run steps. Held out, their number fixed here, trained after this commit (60 steps):
+# healthy-kl 14-16, healthy-dp2-completion 234-236, healthy-g8x2 230-231, healthy-t07 233-234, healthy-tiny 230,
+# staleness-no-is 66-68, kl-blow-up 154-155, lr-too-high 145, reward-hacking 155-156. Scored once, replayed live
+# (committed rules, 2 minutes a step, no doctor) under the rules before (b4cc040) and after, at one step a PERIOD and
+# at each run's own pace (--real-timing, its declared pauses replayed). The bar: (a) under the rules after, no
+# precursor alert of a fresh run goes active more than one `recent` window (5 replay seconds) after its last step
+# (the rules before: counted; not exercised if they page none after it either); (b) every precursor alert that goes
+# active while a fresh run steps does so under both rule sets, at the same first step within one step (two real-time
+# replays' jitter), and none goes active under one only, in both pacings; (c) none: the doctor is untouched (its
+# warnings on the 19 go to the pool). (a) and (b) hold: it stays; else reverted
+RUN47 = {"staleness-no-is": (66, 67, 68), "kl-blow-up": (154, 155), "lr-too-high": (145,), "reward-hacking": (155, 156)}
+for _c, _s in RUN47.items():
+    HELDOUT_EXTRA[_c] += _s
+RUN47_HEALTHY = {"healthy-kl": (14, 15, 16), "healthy-dp2-completion": (234, 235, 236), "healthy-g8x2": (230, 231),
+                 "healthy-t07": (233, 234), "healthy-tiny": (230,)}
+for _k, _s in RUN47_HEALTHY.items():
+    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
+    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
+RUN47_NAMES = ([f"{c}-s{s}" for c, seeds in RUN47.items() for s in seeds]
+               + [f"{k}-s{s}" for k, seeds in RUN47_HEALTHY.items() for s in seeds])
+
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
