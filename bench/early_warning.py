@@ -991,6 +991,16 @@ for _k, _s in RUN47_HEALTHY.items():
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
 RUN47_NAMES = ([f"{c}-s{s}" for c, seeds in RUN47.items() for s in seeds]
                + [f"{k}-s{s}" for k, seeds in RUN47_HEALTHY.items() for s in seeds])
+# Scored once (bench/results/early_warning_run47_live{,_before}{,_real}.md): (a) met: the rules before paged one fresh
+# run after its last step in each pacing (healthy-dp2-completion-s235 at 16.3 s, kl-blow-up-s154 at 10.3 s: both
+# RlobsPrecursorRewardHacking), the rules after none. (b) not met as worded: one alert in each pacing differed, both
+# RlobsPrecursorEntropyDecline on staleness-no-is runs long after their drop (s68 at step 57 before, none after, at
+# one step a PERIOD; s67 at 42 before, 39 after, at their own pace). Neither is the gate's doing (an alert cannot go
+# active earlier under an added `and`; s68's series evaluated by promtool at 30-s scrapes fire at the same times with
+# and without it), but the gate's premise failed on the fresh records: staleness-no-is-s68 evaluated held-out success
+# for 6.0 s between steps 49 and 50, 7.1 mean steps without a step or a pause's end, so the gate would have shut
+# inside a declared evaluation (no alert was pending then). Reverted; the forty-eighth run registers the gate with
+# the no-progress alert's pause allowance
 
 
 def _flags(run_dir: Path) -> list[str]:

@@ -253,23 +253,6 @@ _LAST_PHASE = ('{{ with query (printf "topk(1, ' + _HB + '{run=\\"%s\\",componen
                '$labels.run $labels.component $labels.rank) }}{{ . | first | label "phase" }}{{ end }}')
 
 
-def _progress() -> str:
-    """By ``run``: the wall time of its last progress, the later of its trainer's last optimiser step and the end of
-    its last declared pause (``PAUSE_PHASES``: a held-out evaluation, a checkpoint save, a drain)."""
-    ends = series("rlobs_phase_end_timestamp_seconds", ALERT, phase=("=~", "|".join(PAUSE_PHASES.values())))
-    return agg("max", f"{series('rlobs_train_step_last_timestamp_seconds', ALERT)} or {ends}", ("run",))
-
-
-def fresh_data(recent: str) -> str:
-    """By ``run``: it progressed (``_progress``: a step, or a declared pause's end) within the last ``recent``, so a
-    precursor alert's recent window holds a reading taken since. A trainer that no longer steps but still answers
-    scrapes (a final evaluation, a checkpoint upload, a hang) serves its last readings, and windows of held readings
-    compare them with a history that slides over fewer and fewer real steps: the reward-hacking alert paged healthy
-    runs 13-23 minutes after their last step (the forty-seventh early-warning run). Over 232 stored runs no span
-    without progress after step 5 was longer than 4.63 mean steps, under the recent window's 5."""
-    return f"((time() - {_progress()}) <= {duration_seconds(recent):g})"
-
-
 def _run_allowance(t: AlertThresholds) -> tuple[str, str]:
     """(progress, allowance) of each run: the later of its trainer's last step and its last declared pause's end, and
     how long after it a trainer may take no step (``no_progress_expr``), both by ``run``."""
@@ -277,7 +260,7 @@ def _run_allowance(t: AlertThresholds) -> tuple[str, str]:
     verbs, nouns = ("=~", "|".join(PAUSE_PHASES)), ("=~", "|".join(PAUSE_PHASES.values()))
     beats = agg("max", series(_HB, ALERT, phase=verbs), run)  # a pause's heartbeat on entry ...
     ends = series("rlobs_phase_end_timestamp_seconds", ALERT, phase=nouns)  # ... and its phase event on exit
-    progress = _progress()
+    progress = agg("max", f"{series('rlobs_train_step_last_timestamp_seconds', ALERT)} or {ends}", run)
     last_end = agg("max", ends, run)
     in_pause = f"(({beats} > {last_end}) or ({beats} unless on (run) {last_end}))"
     w6h = ALERT.with_window("6h")
@@ -823,14 +806,7 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     # they page as before, and a doctor that stops serving hands back to them (RlobsDoctorBehind pages a stuck one)
     watching = agg("max", series("rlobs_doctor_started_timestamp_seconds", ALERT), (GROUP[0],))
 
-    # the fresh-data gate (the forty-seventh early-warning run): each alert holds only while its run has progressed
-    # within the recent window (fresh_data), so held readings after a run's last step page nobody; softer than the
-    # candidate above: it shuts on no step nor declared pause's end for a whole recent window (5 steps), not on one
-    # step slower than 5x the mean busy time
-    fresh = fresh_data(recent)
-
     def stepping(expr: str) -> str:
-        expr = f"({expr}) and on ({GROUP[0]}) {fresh}"
         expr = expr if gate is None else f"({expr}) unless on ({GROUP[0]}) {stalled(gate)}"
         return running(f"({expr}) unless on ({GROUP[0]}) {watching}")
 
@@ -1026,11 +1002,6 @@ def _case_test(r: AlertRule, runbook_base: str | None = None) -> dict[str, objec
         return f"{name}{{{','.join(f'{k}={v!r}'.replace(chr(39), chr(34)) for k, v in labels.items())}}}"
 
     input_series = [{"series": sel(name, {**base, **extra}), "values": values} for name, extra, values in c.series]
-    stamp = "rlobs_train_step_last_timestamp_seconds"
-    if stamp in metric_names(r.expr) and stamp not in {name for name, _, _ in c.series}:
-        # a rule that asks its run to be stepping (the precursors' fresh_data) and a case that does not say how: the
-        # trainer steps once a case minute up to the firing time
-        input_series.append({"series": sel(stamp, base), "values": f"0+{_case_minute(r)}x{c.firing_min}"})
     if gated:
         input_series.append({"series": sel("up", {**base, "component": c.up_component or base["component"]}),
                              "values": f"1x{c.firing_min} stale"})

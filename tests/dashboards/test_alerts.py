@@ -271,7 +271,6 @@ def _oversized_replay(tmp_path: Path, steps: list[dict], value: str, cases: list
                   {"series": sel("rlobs_grad_norm"), "values": vals(col["grad_norm"])},
                   {"series": sel("rlobs_train_steps_total"), "values": vals([x["step"] + 1 for x in steps])},
                   {"series": sel("rlobs_heldout_success", component="orchestrator"), "values": vals(held)},
-                  {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": _stamps(len(steps), per)},
                   {"series": sel("up"), "values": vals([1] * len(steps))}]
         if "zero_std" in steps[0]:
             series.append({"series": sel("rlobs_advantage_zero_std_groups_ratio"),
@@ -287,12 +286,6 @@ def _oversized_replay(tmp_path: Path, steps: list[dict], value: str, cases: list
     out = subprocess.run([need("promtool"), "test", "rules", "oversized_replay_test.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
-
-
-def _stamps(steps: int, per: int = 4, step_s: int = 120) -> str:
-    """promtool values of the trainer's last-step timestamp for ``steps`` steps replayed one every ``step_s`` seconds
-    and scraped ``per`` times each: the precursor alerts hold only while their run steps (``alerts.fresh_data``)."""
-    return " ".join(" ".join([str(i * step_s)] * per) for i in range(steps))
 
 
 def _real_run(file: str, name: str) -> list[dict]:
@@ -370,7 +363,6 @@ def test_reward_hacking_alert_asks_two_held_out_readings_on_real_runs(tmp_path):
 
         series = [{"series": sel("rlobs_reward_mean"), "values": vals([x["reward"] for x in steps])},
                   {"series": sel("rlobs_heldout_success", component="orchestrator"), "values": vals(held)},
-                  {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": _stamps(len(steps), per)},
                   {"series": sel("up"), "values": vals([1] * len(steps))}]
         times = range(60, 30 * per * len(steps), 30)
         tests = [{"eval_time": f"{t}s", "alertname": r.name,
@@ -423,7 +415,6 @@ def test_entropy_decline_alert_is_quiet_on_a_real_solved_run(tmp_path):
 
     series = [{"series": sel("rlobs_reward_mean"), "values": vals([x["reward"] for x in steps])},
               {"series": sel("rlobs_policy_entropy"), "values": vals([x["entropy"] for x in steps])},
-              {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": _stamps(len(steps), per)},
               {"series": sel("up"), "values": vals([1] * len(steps))}]
     times = range(60, 30 * per * len(steps), 30)
     paged = {"alertname": "Unguarded", "run": "r1", "component": "trainer"}
