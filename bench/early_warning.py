@@ -1034,6 +1034,17 @@ for _k, _s in RUN48_HEALTHY.items():
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
 RUN48_NAMES = ([f"{c}-s{s}" for c, seeds in RUN48.items() for s in seeds]
                + [f"{k}-s{s}" for k, seeds in RUN48_HEALTHY.items() for s in seeds])
+# Scored once (bench/results/early_warning_run48_live{,_before}{,_real}.md, early_warning_run48_progress_gaps.md):
+# (a) met: the rules before paged 2 of the 10 fresh healthy runs after their last step (healthy-dp2-completion-s237
+# and s238, reward hacking, 9.1 and 6.1 replay seconds after it, at one step a PERIOD; none over 5 s at the runs' own
+# pace), the rules after none. (b1) met: longest span without progress after step 5 2.37 mean steps, no pause over
+# its allowance. (b2) not met: at the runs' own pace lr-warmup-too-high-s145's first page came at 14 under the rules
+# after, 11 before (its drop at 23); at one step a PERIOD every first page within one step and no healthy page while
+# stepping. By (b1) the gate held throughout that run's steps, so the two rule sets computed the same thing while it
+# stepped: the difference is the two real-time replays' (the same records replayed under rule sets identical while
+# they step differ by 2-3 steps or on one side only on 4 of 15 run-alert pairs at their own pace here). Reverted, as registered; the gate and its
+# tests are 7cf80cd's. A next registration should measure the replays' own spread first (the same rules twice) and
+# bound the live leg by it, or leave the live leg to (b1)
 
 
 def _flags(run_dir: Path) -> list[str]:

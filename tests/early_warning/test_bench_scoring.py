@@ -404,3 +404,24 @@ def test_run_signals_reads_a_records_declared_pauses(tmp_path):
     assert [p["phase"] for p in sig["pauses"]] == ["evaluation", "checkpoint"]
     assert sig["pauses"][0]["seconds"] >= 0.05 and sig["pauses"][1]["seconds"] >= 0.02
     assert sig["pauses"][0]["wall"] < sig["steps"][0]["wall"] and abs(sig["pauses"][1]["wall"] - began) < 0.01
+
+
+def test_progress_gaps_count_a_declared_pause_as_progress_and_flag_one_over_its_allowance():
+    """bench/progress_gaps.py: the longest span without progress after step 5, in mean steps, with time inside a
+    declared pause counted as progress (the spans a fresh-data gate on the precursor alerts must outlast), and the
+    pauses after step 5 longer than the no-progress alert's allowance (5x the mean earlier pause, at least its floor,
+    here 5 mean steps)."""
+    from bench import progress_gaps as pg
+
+    walls = [float(i) for i in range(10)] + [20.0 + i for i in range(10)]  # 20 steps, a 11-s gap after step 9
+    steps = [{"step": i, "wall": w} for i, w in enumerate(walls)]
+    mean = (walls[-1] - walls[0]) / 19
+    bare = pg.longest_span({"steps": steps})
+    assert bare["at_step"] == 10 and bare["span_mean_steps"] == round(11 / mean, 2)
+    # the gap was an evaluation from 9.5 to 19.5: the longest span is now the 1 s after it (or a plain step)
+    pauses = [{"wall": 2.5, "seconds": 0.5, "phase": "evaluation"}, {"wall": 9.5, "seconds": 10.0, "phase": "evaluation"}]
+    got = pg.longest_span({"steps": steps, "pauses": pauses})
+    assert got["span_mean_steps"] == round(1 / mean, 2)
+    assert got["pauses_over_allowance"] == [round(10 / mean, 2)]  # 20x the earlier pause and over 5 mean steps
+    short = pg.longest_span({"steps": steps, "pauses": [{"wall": 9.5, "seconds": 2.0, "phase": "evaluation"}, *pauses[:1]]})
+    assert short["pauses_over_allowance"] == []
