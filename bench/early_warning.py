@@ -1040,9 +1040,10 @@ RUN48_NAMES = ([f"{c}-s{s}" for c, seeds in RUN48.items() for s in seeds]
 # pace), the rules after none. (b1) met: longest span without progress after step 5 2.37 mean steps, no pause over
 # its allowance. (b2) not met: at the runs' own pace lr-warmup-too-high-s145's first page came at 14 under the rules
 # after, 11 before (its drop at 23); at one step a PERIOD every first page within one step and no healthy page while
-# stepping. By (b1) the gate held throughout that run's steps, so the two rule sets computed the same thing while it
-# stepped: the difference is the two real-time replays' (the same records replayed under rule sets identical while
-# they step differ by 2-3 steps or on one side only on 4 of 15 run-alert pairs at their own pace here). Reverted, as registered; the gate and its
+# stepping. By (b1) the gate held throughout that run's steps by the record's timing, so the two rule sets computed
+# the same thing while it stepped if the replay kept that timing (the two replays differ by 2-3 steps or on one side
+# only on 4 of 15 run-alert pairs at their own pace here; a second replay of the rules before, after scoring, put
+# s145 at 10: its 14 is outside that spread, and the replay's own gate value was not read back). Reverted, as registered; the gate and its
 # tests are 7cf80cd's. A next registration should measure the replays' own spread first (the same rules twice) and
 # bound the live leg by it, or leave the live leg to (b1)
 
