@@ -6,9 +6,9 @@ each record's own timing, not from a replay.
     python bench/progress_gaps.py --runs DIR [DIR ...] [--only A,B,...] [--after-step 5] --out bench/results/NAME
 
 Progress is a trainer step, or any moment inside a declared pause (a held-out evaluation, a checkpoint save, a drain:
-the candidate gate stays open while one is under way, up to the no-progress alert's pause allowance, which is far longer than
-the pauses here; a pause over it is reported). Per run: the longest span between two progress moments after step
-``--after-step`` (the precursor windows hold too few steps before it to fire), in mean steps (the run's wall time from
+the candidate gate stays open while one is under way, up to the no-progress alert's pause allowance, which is far
+longer than the pauses here; a pause over it is reported). Per run: the longest span between two progress moments
+after step ``--after-step`` (the precursor windows hold too few steps before it to fire), in mean steps (the run's wall time from
 its first to its last step over its steps: at the pace the rules are built for, a mean step is one ``PERIOD`` of the
 replay and the recent window holds 5 of them). The gate shuts while the run steps wherever a span is over the recent
 window's steps. Records are read with ``early_warning.run_signals``.
@@ -52,8 +52,9 @@ def longest_span(run: dict, after_step: int = 5) -> dict | None:
         if b - t > best * mean:
             best, at = (b - t) / mean, int(steps[i]["step"])
     longest_pause = max((e - s for s, e in pauses), default=0.0) / mean
-    # the pauses longer than their allowance (the no-progress alert's: pause_multiple x the mean of the pauses that
-    # ended before, at least its floor, here in steps of the committed rules' 2 minutes), inside which the gate shuts
+    # the pauses longer than their allowance, inside which the gate shuts: pause_multiple x the mean of the pauses that
+    # ended before, at least the floor (in steps of the committed rules' 2 minutes). The alert takes the slowest
+    # kind's mean, at least this pooled one, so this flags a pause the alert might still allow, never the reverse
     floor = T.no_progress_pause_floor_seconds / PRECURSOR_STEP_SECONDS * mean
     start = next(w for r, w in zip(steps, walls) if r["step"] > after_step)
     over, done = [], []
