@@ -1046,6 +1046,37 @@ RUN48_NAMES = ([f"{c}-s{s}" for c, seeds in RUN48.items() for s in seeds]
 # s145 at 10: its 14 is outside that spread, and the replay's own gate value was not read back). Reverted, as registered; the gate and its
 # tests are 7cf80cd's. A next registration should measure the replays' own spread first (the same rules twice) and
 # bound the live leg by it, or leave the live leg to (b1)
+# Forty-ninth run (7 Dec 2026, registered before any of its runs was trained; the change frozen in the same commit):
+# the forty-eighth run's fresh-data gate again (rlobs.dashboards.alerts.fresh_data, 7cf80cd's), with its pause floor
+# scaled in the replay as the windows are (bench/early_warning_live.py: precursor_rules(pause=...); the forty-eighth
+# replay held it at 600 replay seconds) and the gate's own value read back from Prometheus every 0.25 s while each
+# run is replayed (early_warning_live.py's fresh_shut). Measured before registering, on the forty-eighth run's
+# records at their own pace: lr-warmup-too-high-s145's first page under the rules before came at 11, 10 and 13 in
+# three replays (batches of 10, 10, 2), under the gate at 14 and 14 with the gate read open at every read from step 5
+# to its last step: the live first page moves by 3+ steps between replays of identical computations, so it is not
+# a bar here. Held out: 17 fresh runs (below), 60 steps (healthy-long 100), replayed under the rules before (ef5cce8,
+# a worktree with this bench) and the gate, at one step a PERIOD and at the runs' own pace (--real-timing), batch 10.
+# Bar (kept if all hold; reverted otherwise):
+# (a) under the gate, no precursor alert goes pending more than 5 replay seconds after its run's last progress (its
+#     last step or declared pause's end), on any of the 17 runs at either pace (the rules before: reported);
+# (b1) bench/progress_gaps.py on the 17 records: every run's longest span without progress after step 5, declared
+#     pauses counted within their allowance, under 5 mean steps (the recent window the gate asks progress in), and
+#     no pause over its allowance;
+# (b2) the gate read back in both gated replays: open at every read from each run's step 5 to its last step, on all
+#     17 runs (where it is open, the gated alerts are the alerts before: `(expr) and on (run) gate`);
+# reported, not a bar: the live first pages and detections under both rule sets (per pair of replays), and the
+# reads at which the gate was shut before step 5.
+RUN49 = {"staleness-no-is": (73, 74), "kl-blow-up": (157,), "lr-too-high": (146,), "lr-warmup-too-high": (146,),
+         "reward-hacking": (158,)}
+for _c, _s in RUN49.items():
+    HELDOUT_EXTRA[_c] += _s
+RUN49_HEALTHY = {"healthy-dp2-completion": (240, 241, 242, 243), "healthy-kl": (20, 21, 22),
+                 "healthy-long": (49, 50), "healthy-async-kl": (254,), "healthy-g8x2": (233,)}
+for _k, _s in RUN49_HEALTHY.items():
+    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
+    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
+RUN49_NAMES = ([f"{c}-s{s}" for c, seeds in RUN49.items() for s in seeds]
+               + [f"{k}-s{s}" for k, seeds in RUN49_HEALTHY.items() for s in seeds])
 
 
 def _flags(run_dir: Path) -> list[str]:

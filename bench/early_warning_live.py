@@ -18,7 +18,9 @@ same replay on the extracted runs of ``tests/early_warning/data``.
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
+import math
 import re
 import sys
 import threading
@@ -40,6 +42,8 @@ RULES_STEP_SECONDS = 120  # the step time the replayed rules are built for (the 
 WAIT_S = 30.0  # after the last step: the alerts' windows and `for` catching up
 DOCTOR_INTERVAL = 0.5  # --doctor: seconds between the watcher's passes over the batch's records
 DOCTOR_ALERT = rule("doctor-precursor").name  # RlobsDoctorPrecursor
+GATE_READ_S = 0.25  # replay seconds between reads of a gate's value from Prometheus (query_range's step)
+FRESH_SINCE_STEP = 5  # the fresh-data gate is read from a run's sixth step on (bench/progress_gaps.py's span too)
 
 
 def set_pace(step_seconds: float, rules_step_seconds: float | None = None) -> None:
@@ -114,8 +118,11 @@ def rules_file(path: Path, gated: bool = False) -> Path:
         return {"alert": r.name, "expr": r.expr, "for": for_, "labels": r.labels, "annotations": r.annotations()}
 
     doctor = rule("doctor-precursor")
+    # the fresh-data gate's pause floor scaled too (rules from before that gate take no ``pause``)
+    pause = {"pause": gate_thresholds()} if "pause" in inspect.signature(precursor_rules).parameters else {}
     doc = {"groups": [{"name": "rlobs-precursors-scaled", "interval": "1s", "rules": [
-        entry(r, scaled_for(r.for_)) for r in precursor_rules(**SCALE, gate=gate_thresholds() if gated else None)]
+        entry(r, scaled_for(r.for_))
+        for r in precursor_rules(**SCALE, gate=gate_thresholds() if gated else None, **pause)]
         + [entry(doctor, doctor.for_)]}]}
     path.write_text(to_yaml(doc), encoding="utf-8")
     return path
@@ -204,15 +211,43 @@ def schedule(run: Mapping[str, Any], real_timing: bool = False) -> list[tuple[fl
     return sorted(out, key=lambda e: (e[0], order[e[1]]))
 
 
-def gate_report(times: list[float], gate: Mapping[str, list[float]]) -> dict[str, Any]:
+def fresh_gate() -> str | None:
+    """The committed rules' fresh-data gate (``rlobs.dashboards.alerts.fresh_data``) as the replayed rules hold it:
+    the recent window scaled (``SCALE``), the pause floor scaled (``gate_thresholds``); None for rules from before it
+    (a replay of an older tree)."""
+    try:
+        from rlobs.dashboards.alerts import fresh_data
+    except ImportError:
+        return None
+    return fresh_data(SCALE["recent"], gate_thresholds())
+
+
+def fresh_shut(times: list[float], opened: list[float], read_from: float, since: int = FRESH_SINCE_STEP
+               ) -> list[float]:
+    """The reads (every ``GATE_READ_S`` from ``read_from``) at which the fresh-data gate was shut between the emission
+    of a run's step ``since`` (by position) and of its last step, as seconds after its first step: where it is, the
+    gated rules and the rules without the gate can differ while the run steps; nowhere, they computed the same
+    alerts."""
+    if len(times) <= since:
+        return []
+    open_at = {round((t - read_from) / GATE_READ_S) for t in opened}
+    first = math.ceil((times[since] - read_from) / GATE_READ_S)
+    last = math.floor((times[-1] - read_from) / GATE_READ_S)
+    return [round(read_from + k * GATE_READ_S - times[0], 2) for k in range(first, last + 1) if k not in open_at]
+
+
+def gate_report(times: list[float], gate: Mapping[str, Any]) -> dict[str, Any]:
     """One run's stepping gate, from ``replay``'s ``gate`` entry: its last progress (wall time of its last step or of
     its last declared pause's end, whichever is later), the moments the gate's condition held between its first and
-    its last step (as seconds after the first step), and how long after the last step it first held."""
+    its last step (as seconds after the first step), and how long after the last step it first held; and the reads at
+    which the committed fresh-data gate was shut while the run stepped (``fresh_shut``; None where not read)."""
     last = max([*times[-1:], *gate["pause_ends"]], default=0.0)
     inside = [round(t - times[0], 2) for t in gate["stalled"] if times and times[0] <= t <= times[-1]]
     after = [t - times[-1] for t in gate["stalled"] if times and t > times[-1]]
+    shut = (None if gate.get("fresh_open") is None
+            else fresh_shut(times, gate["fresh_open"], gate["read_from"]))
     return {"last_progress": last, "while_stepping": inside,
-            "after_last_step_s": round(min(after), 2) if after else None}
+            "after_last_step_s": round(min(after), 2) if after else None, "fresh_shut_while_stepping": shut}
 
 
 def gate_floors() -> dict[str, float]:
@@ -309,8 +344,17 @@ def replay(runs: Mapping[str, Mapping[str, Any]], base: Path,
                                 start=f"{began:.3f}", end=f"{time.time():.3f}", step="0.25")["result"]
                 at = {m["metric"].get("run", "").removeprefix("ew-"): [float(ts) for ts, _ in m["values"]]
                       for m in held}
+                fresh = fresh_gate()
+                opened: dict[str, list[float]] = {}
+                if fresh is not None:  # the fresh-data gate read back: the moments it was open, per run
+                    held = prom.api("query_range", query=f"max by (run) ({fresh})", start=f"{began:.3f}",
+                                    end=f"{time.time():.3f}", step=f"{GATE_READ_S:g}")["result"]
+                    opened = {m["metric"].get("run", "").removeprefix("ew-"): [float(ts) for ts, _ in m["values"]]
+                              for m in held}
                 for name in runs:
-                    gate[name] = {"pause_ends": ends[name], "stalled": at.get(name, [])}
+                    gate[name] = {"pause_ends": ends[name], "stalled": at.get(name, []),
+                                  "fresh_open": opened.get(name) if fresh is not None else None,
+                                  "read_from": began}
         finally:
             stop.set()
             for t in threads:
@@ -480,6 +524,7 @@ def main() -> None:
                          "after_last_progress_s": {a: round(_seconds(alerts[(n, a)]["activeAt"]) - g["last_progress"], 1)
                                                    for a in fired},
                          "pauses": len(gate[n]["pause_ends"]), "gate_shut_while_stepping": g["while_stepping"],
+                         "fresh_gate_shut_while_stepping": g["fresh_shut_while_stepping"],
                          "gate_shut_after_last_step_s": g["after_last_step_s"],
                          "max_gap_ratio": gap_ratio(run["steps"]),
                          "live_first": min(stepping) if stepping else None, "drop_step": run["drop_step"],
@@ -503,6 +548,9 @@ def main() -> None:
            "by_class": score(rows), "one_alert": [one_alert(rows, *spec.split(":")) for spec in args.one],
            "doctor_evaluations": evaluation_stats(evaluations) if args.doctor else None,
            "gate_shut_while_stepping": [r["name"] for r in rows if r["gate_shut_while_stepping"]],
+           "fresh_gate_read": all(r["fresh_gate_shut_while_stepping"] is not None for r in rows),
+           "fresh_gate_shut_while_stepping": {r["name"]: r["fresh_gate_shut_while_stepping"] for r in rows
+                                              if r["fresh_gate_shut_while_stepping"]},
            "pending_over_5s_after_last_progress": [
                {"run": r["name"], "alert": a, "s": x} for r in rows for a, x in r["after_last_progress_s"].items()
                if x > 5 * PERIOD]}
@@ -524,6 +572,13 @@ def main() -> None:
               f"**{len(res['gate_shut_while_stepping'])}** runs"
               + (f" ({', '.join(res['gate_shut_while_stepping'])})" if res["gate_shut_while_stepping"] else "") + "."
               if args.gated else "The committed rules, without a stepping gate.")
+             + ((" The fresh-data gate (`fresh_data`), read back every "
+                 f"{GATE_READ_S:g} s from each run's step {FRESH_SINCE_STEP} to its last: shut while stepping on **"
+                 f"{len(res['fresh_gate_shut_while_stepping'])}** runs"
+                 + (" (" + ", ".join(f"{k}: {len(v)} reads, first at {v[0]:g} s" for k, v in
+                                     res["fresh_gate_shut_while_stepping"].items()) + ")"
+                    if res["fresh_gate_shut_while_stepping"] else "") + ".")
+                if res["fresh_gate_read"] else "")
              + " Alerts that went pending over 5 s after their run's last progress (its last step or declared "
              f"pause's end): **{len(res['pending_over_5s_after_last_progress'])}**"
              + (" (" + ", ".join(f"{x['run']} {x['alert']} {x['s']:g} s" for x in

@@ -253,14 +253,36 @@ _LAST_PHASE = ('{{ with query (printf "topk(1, ' + _HB + '{run=\\"%s\\",componen
                '$labels.run $labels.component $labels.rank) }}{{ . | first | label "phase" }}{{ end }}')
 
 
-def _run_allowance(t: AlertThresholds) -> tuple[str, str]:
-    """(progress, allowance) of each run: the later of its trainer's last step and its last declared pause's end, and
-    how long after it a trainer may take no step (``no_progress_expr``), both by ``run``."""
+def _progress() -> str:
+    """By ``run``: the wall time of its last progress, the later of its trainer's last optimiser step and the end of
+    its last declared pause (``PAUSE_PHASES``: a held-out evaluation, a checkpoint save, a drain)."""
+    ends = series("rlobs_phase_end_timestamp_seconds", ALERT, phase=("=~", "|".join(PAUSE_PHASES.values())))
+    return agg("max", f"{series('rlobs_train_step_last_timestamp_seconds', ALERT)} or {ends}", ("run",))
+
+
+def fresh_data(recent: str, t: AlertThresholds | None = None) -> str:
+    """By ``run``: it progressed (``_progress``: a step, or a declared pause's end) within the last ``recent``, or
+    within ``recent`` plus the pause allowance of ``no_progress_expr`` while a declared pause is under way (a held-out
+    evaluation, a checkpoint save, a drain: ``_pause_allowance``), so a precursor alert's recent window holds a
+    reading taken since or the run is in a pause it declared. A trainer that no longer steps but still answers scrapes
+    (a hang, or anything after its last step that it does not declare) serves its last readings, and windows of held
+    readings compare them with a history that slides over fewer and fewer real steps: the reward-hacking alert paged
+    healthy runs 13-23 minutes after their last step (the forty-seventh and forty-eighth early-warning runs). Without
+    the pause allowance it shut inside a declared evaluation of 7.1 mean steps (the forty-seventh run, reverted);
+    ``bench/progress_gaps.py`` measures the spans it must outlast on real records. ``t``: the pause allowance's
+    thresholds (default: the committed ones)."""
+    t = t or T
+    return f"((time() - {_progress()}) <= ({duration_seconds(recent):g} + {_pause_allowance(t)}))"
+
+
+def _pause_allowance(t: AlertThresholds) -> str:
+    """By ``run``: while a declared pause is under way (its heartbeat on entry newer than the last pause's end), how
+    much longer than its step allowance a run may go without progress: ``pause_multiple`` times the mean length of
+    the slowest kind of pause over the last 6 hours, at least ``pause_floor_seconds``; 0 otherwise."""
     run, per = ("run",), ("run", "phase")
     verbs, nouns = ("=~", "|".join(PAUSE_PHASES)), ("=~", "|".join(PAUSE_PHASES.values()))
     beats = agg("max", series(_HB, ALERT, phase=verbs), run)  # a pause's heartbeat on entry ...
     ends = series("rlobs_phase_end_timestamp_seconds", ALERT, phase=nouns)  # ... and its phase event on exit
-    progress = agg("max", f"{series('rlobs_train_step_last_timestamp_seconds', ALERT)} or {ends}", run)
     last_end = agg("max", ends, run)
     in_pause = f"(({beats} > {last_end}) or ({beats} unless on (run) {last_end}))"
     w6h = ALERT.with_window("6h")
@@ -268,10 +290,16 @@ def _run_allowance(t: AlertThresholds) -> tuple[str, str]:
                             f"{agg('sum', new_or_increase('rlobs_phases_total', w6h, phase=nouns), per)}", run)
     pause_allow = (f"clamp_min(({t.no_progress_pause_multiple:g} * {pause_mean} > 0) or (0 * {beats}), "
                    f"{t.no_progress_pause_floor_seconds:g})")
-    extra = f"(({pause_allow} and on (run) {in_pause}) or (0 * {progress}))"
+    return f"(({pause_allow} and on (run) {in_pause}) or (0 * {_progress()}))"
+
+
+def _run_allowance(t: AlertThresholds) -> tuple[str, str]:
+    """(progress, allowance) of each run: the later of its trainer's last step and its last declared pause's end, and
+    how long after it a trainer may take no step (``no_progress_expr``), both by ``run``."""
+    progress = _progress()
     step_allow = (f"clamp_min(({t.no_progress_step_multiple:g} * {_step_interval()} > 0) or (0 * {progress}), "
                   f"{t.no_progress_floor_seconds:g})")
-    return progress, f"({step_allow} + {extra})"
+    return progress, f"({step_allow} + {_pause_allowance(t)})"
 
 
 def no_progress_expr(t: AlertThresholds) -> str:
@@ -707,7 +735,8 @@ def reward_hacking_heldout(recent: str, history: str, h: Mapping[str, float], re
 
 def precursor_rules(recent: str | None = None, history: str | None = None,
                     gate: AlertThresholds | None = None,
-                    step_seconds: float = PRECURSOR_STEP_SECONDS) -> tuple[AlertRule, ...]:
+                    step_seconds: float = PRECURSOR_STEP_SECONDS,
+                    pause: AlertThresholds | None = None) -> tuple[AlertRule, ...]:
     """The eight precursor alerts. ``step_seconds``: the run's optimiser step time they are built for; the committed
     rules are built for PRECURSOR_STEP_SECONDS (windows of 10 min and 1 h: 5 and 30 steps), other step times scale
     every window and ``for`` to hold the same steps (``rlobs dashboards build --step-seconds``).
@@ -715,7 +744,9 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     their ``for``).
     ``gate``: a candidate not committed, for ``bench/early_warning_live.py --gated``: the stepping gate with these
     no-progress thresholds (``stalled``; a replay scales its floors as it scales the windows). It missed its bar in
-    the thirty-third early-warning run (README), so the committed rules have no gate."""
+    the thirty-third early-warning run (README), so the committed rules do not have it; they have the softer
+    fresh-data gate (``fresh_data``: the run progressed within the recent window). ``pause``: that gate's pause
+    allowance thresholds (default: the committed ones; a replay scales the floor as it scales the windows)."""
     from rlobs.failures import failure
 
     def th(fid: str) -> Mapping[str, float]:
@@ -806,7 +837,14 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     # they page as before, and a doctor that stops serving hands back to them (RlobsDoctorBehind pages a stuck one)
     watching = agg("max", series("rlobs_doctor_started_timestamp_seconds", ALERT), (GROUP[0],))
 
+    # the fresh-data gate (the forty-eighth and forty-ninth early-warning runs): each alert holds only while its run
+    # has progressed within the recent window, or is in a declared pause within its allowance (fresh_data), so held readings after a
+    # run's last step page nobody; softer than the candidate above: it shuts on no step nor declared pause for a whole
+    # recent window (5 steps), not on one step slower than 5x the mean busy time
+    fresh = fresh_data(recent, pause)
+
     def stepping(expr: str) -> str:
+        expr = f"({expr}) and on ({GROUP[0]}) {fresh}"
         expr = expr if gate is None else f"({expr}) unless on ({GROUP[0]}) {stalled(gate)}"
         return running(f"({expr}) unless on ({GROUP[0]}) {watching}")
 
@@ -1002,6 +1040,11 @@ def _case_test(r: AlertRule, runbook_base: str | None = None) -> dict[str, objec
         return f"{name}{{{','.join(f'{k}={v!r}'.replace(chr(39), chr(34)) for k, v in labels.items())}}}"
 
     input_series = [{"series": sel(name, {**base, **extra}), "values": values} for name, extra, values in c.series]
+    stamp = "rlobs_train_step_last_timestamp_seconds"
+    if stamp in metric_names(r.expr) and stamp not in {name for name, _, _ in c.series}:
+        # a rule that asks its run to be stepping (the precursors' fresh_data) and a case that does not say how: the
+        # trainer steps once a case minute up to the firing time
+        input_series.append({"series": sel(stamp, base), "values": f"0+{_case_minute(r)}x{c.firing_min}"})
     if gated:
         input_series.append({"series": sel("up", {**base, "component": c.up_component or base["component"]}),
                              "values": f"1x{c.firing_min} stale"})

@@ -101,7 +101,7 @@ def test_precursor_alerts_built_for_a_slower_step_hold_the_same_steps(tmp_path):
         want = {"1m": "150s", "10m": "25m"}[committed[name]["for"]]
         assert r["for"] == want, name
         assert "[25m]" in r["expr"] and "[10m]" not in r["expr"] and "[1h]" not in r["expr"], name
-        if "offset" in committed[name]["expr"]:
+        if re.search(r"offset (?!6h)", committed[name]["expr"]):  # (6h: the fresh-data gate's pause mean, not scaled)
             assert "[150m] offset 25m" in r["expr"], name
     out = _promtool_precursors(tmp_path / "built", tmp_path / "built", tmp_path / "scaled")
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
@@ -271,6 +271,7 @@ def _oversized_replay(tmp_path: Path, steps: list[dict], value: str, cases: list
                   {"series": sel("rlobs_grad_norm"), "values": vals(col["grad_norm"])},
                   {"series": sel("rlobs_train_steps_total"), "values": vals([x["step"] + 1 for x in steps])},
                   {"series": sel("rlobs_heldout_success", component="orchestrator"), "values": vals(held)},
+                  {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": _stamps(len(steps), per)},
                   {"series": sel("up"), "values": vals([1] * len(steps))}]
         if "zero_std" in steps[0]:
             series.append({"series": sel("rlobs_advantage_zero_std_groups_ratio"),
@@ -286,6 +287,12 @@ def _oversized_replay(tmp_path: Path, steps: list[dict], value: str, cases: list
     out = subprocess.run([need("promtool"), "test", "rules", "oversized_replay_test.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def _stamps(steps: int, per: int = 4, step_s: int = 120) -> str:
+    """promtool values of the trainer's last-step timestamp for ``steps`` steps replayed one every ``step_s`` seconds
+    and scraped ``per`` times each: the precursor alerts hold only while their run steps (``alerts.fresh_data``)."""
+    return " ".join(" ".join([str(i * step_s)] * per) for i in range(steps))
 
 
 def _real_run(file: str, name: str) -> list[dict]:
@@ -363,6 +370,7 @@ def test_reward_hacking_alert_asks_two_held_out_readings_on_real_runs(tmp_path):
 
         series = [{"series": sel("rlobs_reward_mean"), "values": vals([x["reward"] for x in steps])},
                   {"series": sel("rlobs_heldout_success", component="orchestrator"), "values": vals(held)},
+                  {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": _stamps(len(steps), per)},
                   {"series": sel("up"), "values": vals([1] * len(steps))}]
         times = range(60, 30 * per * len(steps), 30)
         tests = [{"eval_time": f"{t}s", "alertname": r.name,
@@ -415,6 +423,7 @@ def test_entropy_decline_alert_is_quiet_on_a_real_solved_run(tmp_path):
 
     series = [{"series": sel("rlobs_reward_mean"), "values": vals([x["reward"] for x in steps])},
               {"series": sel("rlobs_policy_entropy"), "values": vals([x["entropy"] for x in steps])},
+              {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": _stamps(len(steps), per)},
               {"series": sel("up"), "values": vals([1] * len(steps))}]
     times = range(60, 30 * per * len(steps), 30)
     paged = {"alertname": "Unguarded", "run": "r1", "component": "trainer"}
@@ -427,6 +436,91 @@ def test_entropy_decline_alert_is_quiet_on_a_real_solved_run(tmp_path):
                       "alert_rule_test": tests}]}
     (tmp_path / "entropy_solved_test.yaml").write_text(yaml.safe_dump(doc))
     out = subprocess.run([need("promtool"), "test", "rules", "entropy_solved_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def test_precursor_alerts_hold_only_while_the_run_steps(tmp_path):
+    """A real healthy run (tests/early_warning/data/held_after_last_step.json: healthy-kl-s11) replayed at a step
+    every 2 minutes (scraped every 30 s) into a real promtool, then its trainer lingers for 40 minutes with its
+    exporter up and its last readings held (a final evaluation, a checkpoint upload, a hang). The reward-hacking rule
+    without the fresh-data gate (the same expression, ``alerts.fresh_data`` taken out) pages it 23-30 minutes after its
+    last step, as the live replay of the forty-fifth early-warning run did (pending 10.8 replay seconds after it); the
+    committed rule, which holds only while the run has stepped within its recent window, is quiet throughout."""
+    import json
+
+    steps = json.loads((Path(__file__).resolve().parents[1] / "early_warning" / "data"
+                        / "held_after_last_step.json").read_text())["steps"]
+    per, hold = 4, 80  # scrapes per step; scrapes after the last step (40 minutes)
+    r = a.rule("precursor-reward-hacking")
+    gate = f" and on (run) {a.fresh_data(a.PRECURSOR_WINDOWS['recent'])}"
+    assert r.expr.count(gate) == 1
+    stale = {"groups": [{"name": "stale", "rules": [
+        {"alert": "Stale", "for": r.for_, "expr": r.expr.replace(gate, "")}]}]}
+    (tmp_path / "stale.yaml").write_text(yaml.safe_dump(stale))
+
+    def sel(name: str, **extra: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**a.CASE_LABELS, **extra}.items()) + "}"
+
+    def vals(xs: list[float]) -> str:  # each step's reading for its scrapes, the last one held after it
+        return " ".join(" ".join([f"{v:.9g}"] * per) for v in xs) + f" {xs[-1]:.9g}x{hold - 1}"
+
+    held, last = [], None
+    for x in steps:  # the driver's gauge holds its last evaluation
+        last = x.get("heldout", last)
+        held.append(last)
+    series = [{"series": sel("rlobs_reward_mean"), "values": vals([x["reward"] for x in steps])},
+              {"series": sel("rlobs_grader_audit_gap"), "values": vals([x["audit_gap"] for x in steps])},
+              {"series": sel("rlobs_heldout_success", component="orchestrator"), "values": vals(held)},
+              {"series": sel("rlobs_train_step_last_timestamp_seconds"),
+               "values": vals([120 * x["step"] for x in steps])},
+              {"series": sel("up"), "values": vals([1] * len(steps))}]
+    last_step = 120 * steps[-1]["step"]
+    times = range(60, 30 * (per * len(steps) + hold), 30)
+    paged = {"alertname": "Stale", "run": "r1", "component": "trainer"}
+    firing = set(range(8460, 8880, 30))  # 23-30 minutes after the last step (7080 s)
+    assert min(firing) > last_step + 600  # over one recent window (10 minutes) after the last step
+    tests = [{"eval_time": f"{t}s", "alertname": r.name, "exp_alerts": []} for t in times]
+    tests += [{"eval_time": f"{t}s", "alertname": "Stale",
+               "exp_alerts": [{"exp_labels": paged}] if t in firing else []} for t in times]
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml"), "stale.yaml"], "evaluation_interval": "30s",
+           "tests": [{"name": "healthy-kl-s11, held after its last step", "interval": "30s", "input_series": series,
+                      "alert_rule_test": tests}]}
+    (tmp_path / "held_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "held_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def test_precursor_alerts_hold_through_a_declared_pause(tmp_path):
+    """The fresh-data gate stays open while the run is in a pause it declared: the reward-hacking case's series, the
+    trainer stepping each minute to minute 82 and then evaluating held-out success from minute 82 on (declared as
+    trainer_ref declares it). 13 minutes after the last step, over the 10-minute recent window, the committed alert
+    still fires (the pause allowance: at least the no-progress floor); the same run with the evaluation undeclared
+    does not (held readings). The forty-seventh early-warning run's gate, without the allowance, shut inside a declared
+    evaluation of 7.1 mean steps."""
+    r = a.rule("precursor-reward-hacking")
+    alert = {**r.labels, "run": "r1", "component": "trainer"}
+    notes = {k: a._render(v, alert, "500m") for k, v in r.annotations().items()}
+
+    def sel(name: str, **extra: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**a.CASE_LABELS, **extra}.items()) + "}"
+
+    def case(declared: bool) -> dict:
+        series = _trainer_with_pauses(100, list(range(83)), [(82, None)], declared=declared)
+        series += [{"series": sel("rlobs_reward_mean"), "values": "0.2x70 0.7x30"},
+                   {"series": sel("rlobs_heldout_success", component="driver"), "values": "0.3x100"}]
+        got = [{"exp_labels": alert, "exp_annotations": notes}] if declared else []
+        return {"name": f"evaluation from minute 82, {'declared' if declared else 'undeclared'}", "interval": "1m",
+                "input_series": series,
+                "alert_rule_test": [{"eval_time": "88m", "alertname": r.name,
+                                     "exp_alerts": [{"exp_labels": alert, "exp_annotations": notes}]},
+                                    {"eval_time": "95m", "alertname": r.name, "exp_alerts": got}]}
+
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml")], "evaluation_interval": "1m",
+           "tests": [case(True), case(False)]}
+    (tmp_path / "pause_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "pause_test.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
 
