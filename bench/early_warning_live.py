@@ -240,14 +240,17 @@ def gate_report(times: list[float], gate: Mapping[str, Any]) -> dict[str, Any]:
     """One run's stepping gate, from ``replay``'s ``gate`` entry: its last progress (wall time of its last step or of
     its last declared pause's end, whichever is later), the moments the gate's condition held between its first and
     its last step (as seconds after the first step), and how long after the last step it first held; and the reads at
-    which the committed fresh-data gate was shut while the run stepped (``fresh_shut``; None where not read)."""
+    which the committed fresh-data gate was shut while the run stepped (``fresh_shut``; None where not read), and
+    those from its first step to its step 5 (reported: the gate needs a first scrape of the run's first step)."""
     last = max([*times[-1:], *gate["pause_ends"]], default=0.0)
     inside = [round(t - times[0], 2) for t in gate["stalled"] if times and times[0] <= t <= times[-1]]
     after = [t - times[-1] for t in gate["stalled"] if times and t > times[-1]]
-    shut = (None if gate.get("fresh_open") is None
-            else fresh_shut(times, gate["fresh_open"], gate["read_from"]))
+    read = gate.get("fresh_open") is not None
+    shut = fresh_shut(times, gate["fresh_open"], gate["read_from"]) if read else None
+    early = fresh_shut(times[:FRESH_SINCE_STEP + 1], gate["fresh_open"], gate["read_from"], 0) if read else None
     return {"last_progress": last, "while_stepping": inside,
-            "after_last_step_s": round(min(after), 2) if after else None, "fresh_shut_while_stepping": shut}
+            "after_last_step_s": round(min(after), 2) if after else None, "fresh_shut_while_stepping": shut,
+            "fresh_shut_before_step_5": early}
 
 
 def gate_floors() -> dict[str, float]:
@@ -525,6 +528,7 @@ def main() -> None:
                                                    for a in fired},
                          "pauses": len(gate[n]["pause_ends"]), "gate_shut_while_stepping": g["while_stepping"],
                          "fresh_gate_shut_while_stepping": g["fresh_shut_while_stepping"],
+                         "fresh_gate_shut_before_step_5": g["fresh_shut_before_step_5"],
                          "gate_shut_after_last_step_s": g["after_last_step_s"],
                          "max_gap_ratio": gap_ratio(run["steps"]),
                          "live_first": min(stepping) if stepping else None, "drop_step": run["drop_step"],

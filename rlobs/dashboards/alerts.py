@@ -838,9 +838,9 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     watching = agg("max", series("rlobs_doctor_started_timestamp_seconds", ALERT), (GROUP[0],))
 
     # the fresh-data gate (the forty-eighth and forty-ninth early-warning runs): each alert holds only while its run
-    # has progressed within the recent window, or is in a declared pause within its allowance (fresh_data), so held readings after a
-    # run's last step page nobody; softer than the candidate above: it shuts on no step nor declared pause for a whole
-    # recent window (5 steps), not on one step slower than 5x the mean busy time
+    # has progressed within the recent window, or is in a declared pause within its allowance (fresh_data), so held
+    # readings after a run's last step page nobody; softer than the candidate above: it shuts on no step nor declared
+    # pause for a whole recent window (5 steps), not on one step slower than 5x the mean busy time
     fresh = fresh_data(recent, pause)
 
     def stepping(expr: str) -> str:

@@ -425,3 +425,22 @@ def test_progress_gaps_count_a_declared_pause_as_progress_and_flag_one_over_its_
     assert got["pauses_over_allowance"] == [round(10 / mean, 2)]  # 20x the earlier pause and over 5 mean steps
     short = pg.longest_span({"steps": steps, "pauses": [{"wall": 9.5, "seconds": 2.0, "phase": "evaluation"}, *pauses[:1]]})
     assert short["pauses_over_allowance"] == []
+
+
+def test_fresh_shut_lists_the_reads_without_the_gate_between_step_5_and_the_last_step():
+    """bench/early_warning_live.py's read-back of the fresh-data gate: Prometheus returns the read times (every
+    GATE_READ_S from the replay's start) at which the gate was open; the reads missing between the emission of a run's
+    step 5 and of its last step are where the gated alerts could differ from the alerts without the gate."""
+    from bench.early_warning_live import GATE_READ_S, fresh_shut
+
+    t0 = 1000.0
+    times = [t0 + 0.5 + i for i in range(10)]  # steps 0-9 emitted at 0.5, 1.5, ... 9.5 s after the replay began
+    reads = [t0 + k * GATE_READ_S for k in range(60)]  # 0 .. 14.75 s
+    assert fresh_shut(times, reads, t0) == []
+    shut = [r for r in reads if 7.0 <= r - t0 < 7.5]  # shut at 7.0 and 7.25, between steps 6 and 7
+    got = fresh_shut(times, [r for r in reads if r not in shut], t0)
+    assert got == [round(r - times[0], 2) for r in shut] == [6.5, 6.75]
+    # shut before step 5 (emitted at 5.5 s) or after the last step (9.5 s) is not while stepping
+    outside = [r for r in reads if r - t0 < 5.5 or r - t0 > 9.5]
+    assert fresh_shut(times, [r for r in reads if r not in outside], t0) == []
+    assert fresh_shut(times[:5], [], t0) == []  # a run that never reached step 5

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.early_warning_live import replay, step_at
+from bench.early_warning_live import gate_report, replay, step_at
 from rlobs.dashboards.alerts import precursor_rules, runbook_url
 from rlobs.failures import FAILURES
 
@@ -40,9 +40,10 @@ def replayed(tmp_path_factory):
     # only the runs these tests assert on (an expected alert, or a healthy run that must stay quiet): each replay is
     # a thread and a scrape target, and the alerts' 5 s windows leave little room for scrape jitter on 2 cores
     data = {**data, "runs": {n: r for n, r in data["runs"].items() if r.get("expect") or r["class"] == "healthy"}}
+    gate: dict[str, dict] = {}
     seen, alerts, times = replay(data["runs"], tmp_path_factory.mktemp("early-warning-live"),
-                                 done=lambda seen: _expected_seen(data, seen))
-    return data, seen, alerts, times
+                                 done=lambda seen: _expected_seen(data, seen), gate=gate)
+    return data, seen, alerts, times, gate
 
 
 def _expected_seen(data: dict, seen: dict[str, set[str]]) -> bool:
@@ -50,7 +51,7 @@ def _expected_seen(data: dict, seen: dict[str, set[str]]) -> bool:
 
 
 def test_every_precursor_alert_fires_on_a_real_collapse_run(replayed):
-    data, seen, alerts, _ = replayed
+    data, seen, alerts, _, _ = replayed
     for run, r in data["runs"].items():
         for fid in r.get("expect", []):
             assert ALERT[fid] in seen[run], f"{fid} did not fire on {run} ({r['what']}); fired: {sorted(seen[run])}"
@@ -67,7 +68,7 @@ def test_every_precursor_alert_fires_on_a_real_collapse_run(replayed):
 
 
 def test_no_precursor_alert_on_the_healthy_run(replayed):
-    data, seen, _, _ = replayed
+    data, seen, _, _, _ = replayed
     for run, r in data["runs"].items():
         if r["class"] == "healthy":
             assert not {n for n in seen[run] if n.startswith("RlobsPrecursor")}, f"{run}: {sorted(seen[run])}"
@@ -77,10 +78,22 @@ def test_oversized_updates_fire_live_from_the_first_steps(replayed):
     """The first-steps leg, live: on the lr-too-high run (lr 1.5e-3, 0.03-0.23 nats/token per update from step 0,
     8 of its first 10 over 0.04; the doctor's first-steps leg warns at step 9) the alert goes active within the
     first ``early_steps`` steps."""
-    data, _, alerts, times = replayed
+    data, _, alerts, times, _ = replayed
     run = "lr-too-high-s5"
     early = FAILURES["precursor-oversized-updates"].thresholds["early_steps"]
     a = alerts.get((run, ALERT["precursor-oversized-updates"]))
     assert a is not None, f"no oversized-updates alert on {run}"
     step = data["runs"][run]["steps"][step_at(times[run], a["activeAt"])]["step"]
     assert step < early, (step, a["activeAt"])
+
+
+def test_the_fresh_data_gate_stays_open_while_a_run_steps(replayed):
+    """The committed precursor alerts hold only while their run progressed within the recent window
+    (``rlobs.dashboards.alerts.fresh_data``), so held readings after a run's last step page nobody. Read back from
+    the same real Prometheus every 0.25 s, that gate was open at every read from each run's step 5 to its last: while
+    the runs stepped the gated alerts computed what the alerts without it would have."""
+    _, _, _, times, gate = replayed
+    for run, t in times.items():
+        g = gate_report(t, gate[run])
+        assert g["fresh_shut_while_stepping"] == [], (run, g["fresh_shut_while_stepping"][:5])
+        assert gate[run]["fresh_open"], run  # it was read, not absent
