@@ -1077,6 +1077,16 @@ for _k, _s in RUN49_HEALTHY.items():
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
 RUN49_NAMES = ([f"{c}-s{s}" for c, seeds in RUN49.items() for s in seeds]
                + [f"{k}-s{s}" for k, seeds in RUN49_HEALTHY.items() for s in seeds])
+# Scored once (bench/results/early_warning_run49_live{,_before}{,_real}.md, early_warning_run49_progress_gaps.md,
+# early_warning_run49.md): (a) met: under the gate no alert pending over 5 s after a run's last progress at either
+# pace (the rules before: healthy-dp2-completion-s243, reward hacking, 10.1 s after its last step at one step a
+# PERIOD; none at own pace). (b1) met: longest span without progress after step 5 2.25 mean steps, no pause over its
+# allowance. (b2) met: the gate read open at every read from step 5 to the last step on all 17 runs in both gated
+# replays (shut for 1-5 reads before step 5 at one step a PERIOD, the first scrape of a run's first step). Kept.
+# Reported: at one step a PERIOD every first page within one step but staleness-no-is-s74's grad-norm drift (20
+# before, none after: the gate was open throughout, so replay jitter); at own pace lr-warmup-too-high-s146 23 before,
+# 21 after; healthy-long-s50 paged by grad-norm drift at step 4-5 at its own pace under both rule sets (its grad norm
+# 10.3 at step 4), not at one step a PERIOD. The doctor missed staleness-no-is-s74 (warned 11, fell 10)
 
 
 def _flags(run_dir: Path) -> list[str]:

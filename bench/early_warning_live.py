@@ -575,7 +575,7 @@ def main() -> None:
                  f"{k} {v:g} s" for k, v in gate_floors().items()) + f"): it held while a run was stepping on "
               f"**{len(res['gate_shut_while_stepping'])}** runs"
               + (f" ({', '.join(res['gate_shut_while_stepping'])})" if res["gate_shut_while_stepping"] else "") + "."
-              if args.gated else "The committed rules, without a stepping gate.")
+              if args.gated else "Without the thirty-third run's stepping gate (`--gated`, not committed).")
              + ((" The fresh-data gate (`fresh_data`), read back every "
                  f"{GATE_READ_S:g} s from each run's step {FRESH_SINCE_STEP} to its last: shut while stepping on **"
                  f"{len(res['fresh_gate_shut_while_stepping'])}** runs"

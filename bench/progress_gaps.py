@@ -1,12 +1,12 @@
 """How long each run went without progress while it stepped: the spans a fresh-data gate on the precursor alerts
-must outlast (the forty-seventh and forty-eighth early-warning runs' candidate, 7cf80cd's ``alerts.fresh_data``: an
-alert holds only while its run stepped within the recent window or is in a declared pause; not landed), read from
-each record's own timing, not from a replay.
+must outlast (``rlobs.dashboards.alerts.fresh_data``: an alert holds only while its run stepped within the recent
+window or is in a declared pause; tried in the forty-seventh and forty-eighth early-warning runs, kept by the
+forty-ninth), read from each record's own timing, not from a replay.
 
     python bench/progress_gaps.py --runs DIR [DIR ...] [--only A,B,...] [--after-step 5] --out bench/results/NAME
 
 Progress is a trainer step, or any moment inside a declared pause (a held-out evaluation, a checkpoint save, a drain:
-the candidate gate stays open while one is under way, up to the no-progress alert's pause allowance, which is far
+the gate stays open while one is under way, up to the no-progress alert's pause allowance, which is far
 longer than the pauses here; a pause over it is reported). Per run: the longest span between two progress moments
 after step ``--after-step`` (the precursor windows hold too few steps before it to fire), in mean steps (the run's wall time from
 its first to its last step over its steps: at the pace the rules are built for, a mean step is one ``PERIOD`` of the

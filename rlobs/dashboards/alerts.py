@@ -269,8 +269,10 @@ def fresh_data(recent: str, t: AlertThresholds | None = None) -> str:
     readings compare them with a history that slides over fewer and fewer real steps: the reward-hacking alert paged
     healthy runs 13-23 minutes after their last step (the forty-seventh and forty-eighth early-warning runs). Without
     the pause allowance it shut inside a declared evaluation of 7.1 mean steps (the forty-seventh run, reverted);
-    ``bench/progress_gaps.py`` measures the spans it must outlast on real records. ``t``: the pause allowance's
-    thresholds (default: the committed ones)."""
+    ``bench/progress_gaps.py`` measures the spans it must outlast on real records. Kept by the forty-ninth run: on 17
+    fresh runs replayed live it was read open at every read from step 5 to the last step (so the gated alerts were the
+    alerts before while the runs stepped) and no alert went pending after a run's last progress. ``t``: the pause
+    allowance's thresholds (default: the committed ones)."""
     t = t or T
     return f"((time() - {_progress()}) <= ({duration_seconds(recent):g} + {_pause_allowance(t)}))"
 

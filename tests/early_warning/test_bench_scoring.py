@@ -374,7 +374,12 @@ def test_the_gate_report_reads_the_stalled_moments_against_the_steps_and_the_las
     assert g["last_progress"] == 112.0  # the final evaluation ended after the last step (109)
     assert g["while_stepping"] == [4.0] and g["after_last_step_s"] == 6.25
     assert gate_report(times, {"pause_ends": [], "stalled": []}) == {
-        "last_progress": 109.0, "while_stepping": [], "after_last_step_s": None}
+        "last_progress": 109.0, "while_stepping": [], "after_last_step_s": None, "fresh_shut_while_stepping": None,
+        "fresh_shut_before_step_5": None}  # the fresh-data gate not read (a replay of rules from before it)
+    reads = [99.0 + k * 0.25 for k in range(80)]  # 99 .. 118.75: open throughout but 106.0-106.25
+    got = gate_report(times, {"pause_ends": [], "stalled": [], "read_from": 99.0,
+                              "fresh_open": [r for r in reads if not 106.0 <= r <= 106.25]})
+    assert got["fresh_shut_while_stepping"] == [6.0, 6.25] and got["fresh_shut_before_step_5"] == []
 
 
 def test_run_signals_reads_a_records_declared_pauses(tmp_path):
