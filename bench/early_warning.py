@@ -1087,6 +1087,25 @@ RUN49_NAMES = ([f"{c}-s{s}" for c, seeds in RUN49.items() for s in seeds]
 # before, none after: the gate was open throughout, so replay jitter); at own pace lr-warmup-too-high-s146 23 before,
 # 21 after; healthy-long-s50 paged by grad-norm drift at step 4-5 at its own pace under both rule sets (its grad norm
 # 10.3 at step 4), not at one step a PERIOD. The doctor missed staleness-no-is-s74 (warned 11, fell 10)
+# Fiftieth run (7 Dec 2026, registered before any of its runs was trained; the change frozen in the same commit):
+# precursor-uncorrected-off-policy's far leg (rlobs.failures: far_staleness 5, far_min_below 2): past the lag-4
+# family's bound, a 5-step median staleness of 5+ versions, 2 of the last 5 steps' ESS under 0.8 warn without waiting
+# for the 5-step median. Chosen on the 12 staleness-no-is records on disk (s63-s74, all seen): the rule's first
+# warning moves earlier on 5 (s66 8->7, s67 16->7, s68 10->7, s71 9->7, s73 9->8, s74 11->8), later on none; s64
+# (fell at 5) stays missed. Held out: staleness-no-is 75-82, staleness-no-is-lag4 69-72 (mixed: max staleness 4, the
+# leg cannot fire there), healthy-async-nois 58-61 (no IS, max staleness 2), 60 steps. Scored once with
+# `eval` and the whole doctor, under the rules before (c13bb83, a worktree) and after. Bar (kept if all hold):
+# (i) the doctor's pooled staleness-no-is class (early_warning_pooled plus the 8 fresh runs, each under the rules of
+#     its time) at 90 %+ warned before the drop;
+# (ii) no warning of any doctor rule on the 4 fresh healthy-async-nois runs that the rules before did not give;
+# (iii) on the 4 fresh lag-4 runs every doctor rule's first warning the same under both rule sets;
+# (iv) on the 8 fresh staleness runs no first warning later than under the rules before.
+RUN50 = {"staleness-no-is": tuple(range(75, 83)), "staleness-no-is-lag4": (69, 70, 71, 72)}
+for _c, _s in RUN50.items():
+    HELDOUT_EXTRA[_c] += _s
+HEALTHY_ASYNC_NO_IS_SEEDS["heldout"] += (58, 59, 60, 61)
+RUN50_NAMES = ([f"{c}-s{s}" for c, seeds in RUN50.items() for s in seeds]
+               + [f"healthy-async-nois-s{s}" for s in (58, 59, 60, 61)])
 
 
 def _flags(run_dir: Path) -> list[str]:

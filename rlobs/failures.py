@@ -187,9 +187,15 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     # warned ahead of all 8 falls (median lead 11.5; 2 of 8 under the rules as they are), and on all 4 runs without a
     # drop, 2 of which learned (held-out success 0.23 -> 0.53, 0.16 -> 0.46: what the no-IS controls at max staleness
     # 2 reach). It warns on every run of the setting: the setting's risk (30 of 40 lag-4 runs fell within 40 steps,
-    # 4 of 40 learned), not a precursor that tells the runs apart. Do not re-add it as a warning
+    # 4 of 40 learned), not a precursor that tells the runs apart. Do not re-add it as a warning.
+    # far_staleness / far_min_below (the fiftieth early-warning run): past the lag-4 family's bound (a 5-step median
+    # staleness of 5+ versions, which a max staleness of 4 cannot reach) the median ESS is too slow: the staleness
+    # runs at max 8 fall by the step-10 or step-15 evaluation, and s67 and s74 were warned a step after their fall
+    # (ESS 0.57 at step 5 and 0.72 at 8 on s74, the median under 0.8 only at 11). There ``far_min_below`` of the
+    # last ``window`` steps under ``ess_below`` is enough. Every run of that setting in the bench fell (34 of 34)
     _f("precursor-uncorrected-off-policy", "warning", "1m",
        thresholds={"window": 5, "ess_below": 0.8, "min_staleness": 1.0, "min_steps": 2, "fast_staleness": 4.0,
+                   "far_staleness": 5.0, "far_min_below": 2,
                    "impact_steps_low": 3, "impact_steps_high": 19}),
     # a level, not a drift, chosen on bench/early_warning.py's calibration runs (lr-too-high and lr-warmup seeds
     # 0-3, the 17 healthy calibration runs) and the 40 healthy doctor_calib runs of seeds 1100-1139 re-recorded with

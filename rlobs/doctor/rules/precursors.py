@@ -349,7 +349,8 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
     """Early warning of an off-policy divergence: the importance ratios of the consumed samples (current policy
     over the one that generated them) have an effective sample size under ``ess_below`` of the tokens (median of
     the last ``window`` steps, at ``min_steps`` consecutive steps; one is enough once the samples are
-    ``fast_staleness`` versions old) at a mean staleness of at least ``min_staleness`` versions, and the loss
+    ``fast_staleness`` versions old; at ``far_staleness`` versions, ``far_min_below`` of the last ``window`` steps
+    under ``ess_below`` is enough) at a mean staleness of at least ``min_staleness`` versions, and the loss
     applies no importance correction (cap 0): every step's update is biased towards stale policies. Quiet when the correction
     is on or unknown. Thresholds: the failure table (rlobs.failures)."""
     ess = series(ctx, "ess")
@@ -370,7 +371,9 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
         mean_st = statistics.median(st) if st else 0.0
         run = 0 if level >= th["ess_below"] or mean_st < th["min_staleness"] else run + 1
         need = 1 if mean_st >= th.get("fast_staleness", math.inf) else persist  # far behind: no burst to wait out
-        if run < need:
+        below = sum(1 for _, v in last if v < th["ess_below"])
+        far = mean_st >= th.get("far_staleness", math.inf) and below >= th.get("far_min_below", math.inf)
+        if run < need and not far:
             continue
         step = ess[i][0]
         first = next((s for s, v in ess[:i + 1] if v < th["ess_below"] and stale.get(s, 0.0) >= th["min_staleness"]),
@@ -378,11 +381,16 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
         return [Finding(
             rule=UNCORRECTED, severity=Severity.WARNING,
             title=(f"early warning: stale samples trained on without importance correction, their effective sample "
-                   f"size down to {level:.0%} of the tokens by step {step} (staleness {mean_st:.1f}); off-policy "
+                   + (f"size down to {level:.0%} of the tokens" if run >= need else
+                      f"size under {th['ess_below']:.0%} of the tokens on {below} of the last {w} steps")
+                   + f" by step {step} (staleness {mean_st:.1f}); off-policy "
                    f"divergence expected within {th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"),
             first_step=step, last_step=step,
             evidence=[Evidence("staleness.ess_ratio", round(level, 4), th["ess_below"], (first, step),
-                               f"median of the last {w} steps ({run} steps running); 1.0 = on-policy, the rest of the batch's weight is "
+                               (f"median of the last {w} steps ({run} steps running)" if run >= need else
+                                f"{below} of the last {w} steps under {th['ess_below']:g} at a median staleness "
+                                f"of {th['far_staleness']:g}+ versions")
+                               + "; 1.0 = on-policy, the rest of the batch's weight is "
                                "carried by a few tokens the stale policy sampled unlike the current one"),
                       Evidence("staleness.mean_staleness", round(mean_st, 3), th["min_staleness"], (first, step),
                                "median over the same steps (policy versions between generation and training)"),
