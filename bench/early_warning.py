@@ -1091,7 +1091,7 @@ RUN49_NAMES = ([f"{c}-s{s}" for c, seeds in RUN49.items() for s in seeds]
 # precursor-uncorrected-off-policy's far leg (rlobs.failures: far_staleness 5, far_min_below 2): past the lag-4
 # family's bound, a 5-step median staleness of 5+ versions, 2 of the last 5 steps' ESS under 0.8 warn without waiting
 # for the 5-step median. Chosen on the 12 staleness-no-is records on disk (s63-s74, all seen): the rule's first
-# warning moves earlier on 5 (s66 8->7, s67 16->7, s68 10->7, s71 9->7, s73 9->8, s74 11->8), later on none; s64
+# warning moves earlier on 6 (s66 8->7, s67 16->7, s68 10->7, s71 9->7, s73 9->8, s74 11->8), later on none; s64
 # (fell at 5) stays missed. Held out: staleness-no-is 75-82, staleness-no-is-lag4 69-72 (mixed: max staleness 4, the
 # leg cannot fire there), healthy-async-nois 58-61 (no IS, max staleness 2), 60 steps. Scored once with
 # `eval` and the whole doctor, under the rules before (c13bb83, a worktree) and after. Bar (kept if all hold):
@@ -1106,6 +1106,12 @@ for _c, _s in RUN50.items():
 HEALTHY_ASYNC_NO_IS_SEEDS["heldout"] += (58, 59, 60, 61)
 RUN50_NAMES = ([f"{c}-s{s}" for c, seeds in RUN50.items() for s in seeds]
                + [f"healthy-async-nois-s{s}" for s in (58, 59, 60, 61)])
+# Scored once (bench/results/early_warning_run50{,_before}.md, early_warning_run50_whole_doctor{,_before}.json):
+# (i) met: pooled staleness-no-is 38 of 42 (90.5 %), the fresh 8 of 8 (7 of 8 under the rules before: s78 warned at
+# its drop step 10, now 9). (ii) met: no warning of any rule on the 4 healthy no-IS runs, before or after (s59's
+# training reward dropped at 37 without a warning). (iii) met: the 4 lag-4 runs' findings identical (s70-s72 fell at
+# 15-20, no precursor warned; s71's whole doctor warned entropy-collapse at 54 and precursor-reward-hacking at 60,
+# under both). (iv) met: s77 9->8, s78 10->9, the other 6 unchanged, none later. Kept.
 
 
 def _flags(run_dir: Path) -> list[str]:

@@ -151,6 +151,40 @@ def test_uncorrected_off_policy_warns_on_the_real_stale_run_and_names_the_fix(tm
     assert any("tis-cap" in r or "importance sampling" in r for r in f.remediation)
 
 
+# staleness-no-is-s74 (the forty-ninth early-warning run, tiny-packed, separate_async, no correction, max staleness
+# 8): per step, the importance ratios' ESS and the mean staleness; its held-out success fell at the step-10
+# evaluation (0.28 -> 0.08)
+S74_ESS = [1.0, 1.0, 0.99, 0.96, 0.94, 0.57, 0.89, 0.88, 0.72, 0.84, 0.40, 0.50, 0.56, 0.28]
+S74_STALENESS = [0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 6.9, 7.9, 6.9, 7.0, 7.0, 5.0, 4.0]
+
+
+def _stale_record(tmp_path: Path, name: str, staleness: list[float]) -> Path:
+    rec = rlobs.init(tmp_path / name, component="trainer", rank=0, run_id=name, prometheus=False, set_global=False,
+                     config={"mode": "separate_async"})
+    for i, (e, st) in enumerate(zip(S74_ESS, staleness)):
+        emit_step(rec, {"step": i, "reward": 0.3, "grad_norm": 0.5, "entropy": 1.0, "ess": e, "staleness": st},
+                  correction_cap=0.0)
+    rec.close()
+    return tmp_path / name
+
+
+def test_far_behind_two_low_ess_steps_warn_before_the_median_does(tmp_path):
+    """The far leg (the fiftieth early-warning run): at a 5-step median staleness of ``far_staleness`` versions,
+    ``far_min_below`` of the last 5 steps' ESS under the bar warn. On s74's real series it warns at step 8, two steps
+    before the fall, where the 5-step median alone warned at 11; the same ratios at the lag-4 family's bound (staleness
+    held at 4, which the far leg cannot reach) get the median leg's warning only."""
+    far = diagnose(rlobs.open_run(_stale_record(tmp_path, "s74", S74_STALENESS)), rule_ids=[UNCORRECTED])
+    (f,) = far.findings
+    assert f.first_step == 8 and "2 of the last 5 steps" in f.title
+    th = {**FAILURES[UNCORRECTED].thresholds, "far_staleness": float("inf")}
+    median = diagnose(rlobs.open_run(_stale_record(tmp_path, "s74-median", S74_STALENESS)), rule_ids=[UNCORRECTED],
+                      thresholds={UNCORRECTED: th})
+    assert [g.first_step for g in median.findings] == [11] and "down to" in median.findings[0].title
+    lag4 = diagnose(rlobs.open_run(_stale_record(tmp_path, "lag4", [min(4.0, x) for x in S74_STALENESS])),
+                    rule_ids=[UNCORRECTED])
+    assert [g.first_step for g in lag4.findings] == [11]
+
+
 def test_the_same_ratios_with_correction_on_are_not_this_rules_business(tmp_path):
     """The condition that makes it a precursor is the missing correction: the same record with the loss capping
     the ratios at 2 (what truncation handles) is quiet, and one that does not say is insufficient data."""
