@@ -395,6 +395,25 @@ def test_reward_hacking_alert_asks_two_held_out_readings_on_real_runs(tmp_path):
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
 
 
+def _quiet_where_variant_pages(tmp_path: Path, case: str, r: a.AlertRule, variant: str, expr: str,
+                               series: list[dict], times: range, firing: set[int]) -> None:
+    """In a real promtool, on ``series``: the committed rule ``r`` fires at none of ``times`` (seconds), and
+    ``variant``, the same rule with ``expr`` for its expression (a guard or gate taken out), fires exactly at
+    ``firing`` (for run r1, the trainer)."""
+    (tmp_path / "variant.yaml").write_text(yaml.safe_dump({"groups": [{"name": "variant", "rules": [
+        {"alert": variant, "for": r.for_, "expr": expr}]}]}))
+    paged = {"alertname": variant, "run": "r1", "component": "trainer"}
+    tests = [{"eval_time": f"{t}s", "alertname": r.name, "exp_alerts": []} for t in times]
+    tests += [{"eval_time": f"{t}s", "alertname": variant,
+               "exp_alerts": [{"exp_labels": paged}] if t in firing else []} for t in times]
+    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml"), "variant.yaml"], "evaluation_interval": "30s",
+           "tests": [{"name": case, "interval": "30s", "input_series": series, "alert_rule_test": tests}]}
+    (tmp_path / "variant_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "variant_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
 def test_entropy_decline_alert_is_quiet_on_a_real_solved_run(tmp_path):
     """A real healthy run converging on a solved task (tests/early_warning/data/entropy_solved.json:
     healthy-dp2-completion-s228, training reward 0.8-0.98 over its last steps, entropy 0.06-0.26), replayed at a step
@@ -411,9 +430,6 @@ def test_entropy_decline_alert_is_quiet_on_a_real_solved_run(tmp_path):
     r = a.rule("precursor-entropy-decline")
     bar = f"< {thresholds('precursor-entropy-decline')['solved_reward']:g})"
     assert r.expr.count(bar) == 1
-    unguarded = {"groups": [{"name": "unguarded", "rules": [
-        {"alert": "Unguarded", "for": r.for_, "expr": r.expr.replace(bar, "< 2)")}]}]}
-    (tmp_path / "unguarded.yaml").write_text(yaml.safe_dump(unguarded))
 
     def sel(name: str) -> str:
         return name + "{" + ",".join(f'{k}="{v}"' for k, v in a.CASE_LABELS.items()) + "}"
@@ -425,19 +441,9 @@ def test_entropy_decline_alert_is_quiet_on_a_real_solved_run(tmp_path):
               {"series": sel("rlobs_policy_entropy"), "values": vals([x["entropy"] for x in steps])},
               {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": _stamps(len(steps), per)},
               {"series": sel("up"), "values": vals([1] * len(steps))}]
-    times = range(60, 30 * per * len(steps), 30)
-    paged = {"alertname": "Unguarded", "run": "r1", "component": "trainer"}
     firing = set(range(6840, 7020, 30))  # steps 57-58 (a step is 120 s): pending a `for` (1 min) before
-    tests = [{"eval_time": f"{t}s", "alertname": r.name, "exp_alerts": []} for t in times]
-    tests += [{"eval_time": f"{t}s", "alertname": "Unguarded",
-               "exp_alerts": [{"exp_labels": paged}] if t in firing else []} for t in times]
-    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml"), "unguarded.yaml"], "evaluation_interval": "30s",
-           "tests": [{"name": "healthy-dp2-completion-s228", "interval": "30s", "input_series": series,
-                      "alert_rule_test": tests}]}
-    (tmp_path / "entropy_solved_test.yaml").write_text(yaml.safe_dump(doc))
-    out = subprocess.run([need("promtool"), "test", "rules", "entropy_solved_test.yaml"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+    _quiet_where_variant_pages(tmp_path, "healthy-dp2-completion-s228", r, "Unguarded", r.expr.replace(bar, "< 2)"),
+                               series, range(60, 30 * per * len(steps), 30), firing)
 
 
 def test_precursor_alerts_hold_only_while_the_run_steps(tmp_path):
@@ -455,9 +461,6 @@ def test_precursor_alerts_hold_only_while_the_run_steps(tmp_path):
     r = a.rule("precursor-reward-hacking")
     gate = f" and on (run) {a.fresh_data(a.PRECURSOR_WINDOWS['recent'])}"
     assert r.expr.count(gate) == 1
-    stale = {"groups": [{"name": "stale", "rules": [
-        {"alert": "Stale", "for": r.for_, "expr": r.expr.replace(gate, "")}]}]}
-    (tmp_path / "stale.yaml").write_text(yaml.safe_dump(stale))
 
     def sel(name: str, **extra: str) -> str:
         return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**a.CASE_LABELS, **extra}.items()) + "}"
@@ -476,20 +479,10 @@ def test_precursor_alerts_hold_only_while_the_run_steps(tmp_path):
                "values": vals([120 * x["step"] for x in steps])},
               {"series": sel("up"), "values": vals([1] * len(steps))}]
     last_step = 120 * steps[-1]["step"]
-    times = range(60, 30 * (per * len(steps) + hold), 30)
-    paged = {"alertname": "Stale", "run": "r1", "component": "trainer"}
     firing = set(range(8460, 8880, 30))  # 23-30 minutes after the last step (7080 s)
     assert min(firing) > last_step + 600  # over one recent window (10 minutes) after the last step
-    tests = [{"eval_time": f"{t}s", "alertname": r.name, "exp_alerts": []} for t in times]
-    tests += [{"eval_time": f"{t}s", "alertname": "Stale",
-               "exp_alerts": [{"exp_labels": paged}] if t in firing else []} for t in times]
-    doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml"), "stale.yaml"], "evaluation_interval": "30s",
-           "tests": [{"name": "healthy-kl-s11, held after its last step", "interval": "30s", "input_series": series,
-                      "alert_rule_test": tests}]}
-    (tmp_path / "held_test.yaml").write_text(yaml.safe_dump(doc))
-    out = subprocess.run([need("promtool"), "test", "rules", "held_test.yaml"], cwd=tmp_path,
-                         capture_output=True, text=True, timeout=120)
-    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+    _quiet_where_variant_pages(tmp_path, "healthy-kl-s11, held after its last step", r, "Stale",
+                               r.expr.replace(gate, ""), series, range(60, 30 * (per * len(steps) + hold), 30), firing)
 
 
 def test_precursor_alerts_hold_through_a_declared_pause(tmp_path):
