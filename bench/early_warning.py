@@ -1112,6 +1112,17 @@ RUN50_NAMES = ([f"{c}-s{s}" for c, seeds in RUN50.items() for s in seeds]
 # training reward dropped at 37 without a warning). (iii) met: the 4 lag-4 runs' findings identical (s70-s72 fell at
 # 15-20, no precursor warned; s71's whole doctor warned entropy-collapse at 54 and precursor-reward-hacking at 60,
 # under both). (iv) met: s77 9->8, s78 10->9, the other 6 unchanged, none later. Kept.
+# Fifty-first run (7 Dec 2026, registered before any replay; the change frozen in the same commit): the far leg in
+# the PromQL alert RlobsPrecursorUncorrectedOffPolicy (rlobs.dashboards.alerts: at a median staleness of 5+ versions
+# over the recent window, the 0.25 quantile of its ESS readings, the 2nd-lowest of 5 steps, under 0.8). Held out for
+# the alert: the fiftieth run's 16 records, never replayed live (the doctor's far leg was scored on them, so its
+# results there are known; the alert's translation was not looked at on them), replayed at one step a PERIOD under
+# the rules before (d0963ea, a worktree) and after, batch 8. Bar (kept if all hold):
+# (i) the 8 staleness runs: the alerts warn before the drop on at least as many under the rules after, and on 7+;
+# (ii) no precursor alert on the 4 healthy no-IS runs while stepping, under the rules after;
+# (iii) the 4 lag-4 runs: RlobsPrecursorUncorrectedOffPolicy fires on no run under the rules after where it did not
+#      under the rules before, and its first page no more than one step earlier where it fires under both (the far
+#      leg cannot fire at a median staleness of 4; one step is the replays' spread at one step a PERIOD).
 
 
 def _flags(run_dir: Path) -> list[str]:

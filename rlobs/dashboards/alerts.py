@@ -845,6 +845,10 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     # pause for a whole recent window (5 steps), not on one step slower than 5x the mean busy time
     fresh = fresh_data(recent, pause)
 
+    # the far leg's quantile: the far_min_below-th lowest of `window` readings (one a step), 0.25 for 2 of 5
+    far = th("precursor-uncorrected-off-policy")
+    far_q = (far["far_min_below"] - 1) / (far["window"] - 1)
+
     def stepping(expr: str) -> str:
         expr = f"({expr}) and on ({GROUP[0]}) {fresh}"
         expr = expr if gate is None else f"({expr}) unless on ({GROUP[0]}) {stalled(gate)}"
@@ -918,16 +922,24 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
             "group size; lower the learning rate.",
             PromtoolCase((("rlobs_advantage_zero_std_groups_ratio", {}, "0.1x70 0.9x20"),
                           ("rlobs_reward_mean", {}, "0.2x90")), "90%", not_yet_min=70, firing_min=88)),
-        # a level, not a drift (like the doctor's rule): the ESS is already a ratio to "on-policy" (1.0)
+        # a level, not a drift (like the doctor's rule): the ESS is already a ratio to "on-policy" (1.0); and the
+        # doctor's far leg (the fiftieth and fifty-first early-warning runs): at a median staleness of far_staleness
+        # versions, far_min_below of the window's steps under the bar, read as the quantile of the recent samples
+        # that is the far_min_below-th lowest of window steps
         AlertRule(
             "precursor-uncorrected-off-policy", "warning",
-            stepping(f"({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
-                    f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['min_staleness']:g}){on}"
+            stepping(f"((({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
+                    f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['min_staleness']:g})) or "
+                    f"(({_over_time('quantile_over_time', 'rlobs_effective_sample_size_ratio', recent, q=far_q)}"
+                    f" < {u['ess_below']:g}){on}"
+                    f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['far_staleness']:g}))){on}"
                     f"({_over_time('max_over_time', 'rlobs_importance_correction_cap', recent)}"
                     " == 0)"), f("precursor-uncorrected-off-policy"),
             "Early warning: stale samples trained on without importance correction, divergence ahead ({{ $labels.run }})",
-            "The median effective sample size of the importance ratios in {{ $labels.component }} (run {{ $labels.run }}) "
-            "is {{ $value | humanizePercentage }} of the tokens over the last " + recent + f", under {u['ess_below']:.0%}, at a "
+            "The effective sample size of the importance ratios in {{ $labels.component }} (run {{ $labels.run }}) "
+            "is {{ $value | humanizePercentage }} of the tokens over the last " + recent + f" (their median; at a "
+            f"median staleness of {u['far_staleness']:g}+ versions a low quantile: {u['far_min_below']:g} of "
+            f"{u['window']:g} steps under the bar suffice), under {u['ess_below']:.0%}, at a "
             f"median staleness of {u['min_staleness']:g}+ versions, and the loss applies no importance correction "
             "(cap 0): every update is biased towards the stale policies, the precursor of an off-policy divergence "
             f"(held-out success fell {u['impact_steps_low']:g}-{u['impact_steps_high']:g} steps later in the early-warning "

@@ -756,3 +756,49 @@ def test_staleness_over_bound_reads_the_bounds_basis(tmp_path):
     out = subprocess.run([need("promtool"), "test", "rules", "basis_test.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def test_uncorrected_off_policy_far_leg_fires_before_the_median_far_behind_only(tmp_path):
+    """The doctor's far leg, live: staleness-no-is-s74's real per-step ESS and staleness (the forty-ninth
+    early-warning run; held-out success fell at the step-10 evaluation) at a step every 2 minutes, scraped every 30 s,
+    into a real promtool. At the end of step 9 the committed expression has fired on two of the last five steps under
+    0.8 (0.57 at step 5, 0.72 at 8) at a median staleness of 6.9, where the median alone (0.84) is not under the bar:
+    the same rule with the far leg out of reach is silent. The same ratios with the staleness held at 4 (the lag-4
+    family's bound) fire neither."""
+    from rlobs.failures import thresholds
+    from tests.early_warning.test_precursors import S74_ESS, S74_STALENESS
+
+    r = a.rule("precursor-uncorrected-off-policy")
+    far = f">= {thresholds(r.id)['far_staleness']:g})"
+    assert r.expr.count(far) == 1
+    per = 4  # scrapes per step
+
+    def sel(name: str, run: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**a.CASE_LABELS, "run": run}.items()) + "}"
+
+    def vals(xs: list[float]) -> str:
+        return " ".join(" ".join([f"{v:.9g}"] * per) for v in xs)
+
+    series = []
+    for run, stale in (("r1", S74_STALENESS), ("lag4", [min(4.0, x) for x in S74_STALENESS])):
+        series += [{"series": sel("rlobs_effective_sample_size_ratio", run), "values": vals(S74_ESS)},
+                   {"series": sel("rlobs_staleness_mean_versions", run), "values": vals(stale)},
+                   {"series": sel("rlobs_importance_correction_cap", run), "values": vals([0.0] * len(S74_ESS))},
+                   {"series": sel("rlobs_train_step_last_timestamp_seconds", run),
+                    "values": vals([120.0 * i for i in range(len(S74_ESS))])},
+                   {"series": sel("up", run), "values": vals([1] * len(S74_ESS))}]
+    (tmp_path / "variant.yaml").write_text(yaml.safe_dump({"groups": [{"name": "variant", "rules": [
+        {"alert": "Committed", "for": r.for_, "expr": r.expr},
+        {"alert": "MedianOnly", "for": r.for_, "expr": r.expr.replace(far, ">= 1e9)")}]}]}))
+    end4, end9 = 120 * 4 + 90, 120 * 9 + 90  # the last scrape of steps 4 and 9
+    r1 = [{"exp_labels": {"alertname": "Committed", "run": "r1", "component": "trainer"}}]
+    tests = [{"eval_time": f"{end4}s", "alertname": "Committed", "exp_alerts": []},
+             {"eval_time": f"{end9}s", "alertname": "Committed", "exp_alerts": r1},
+             {"eval_time": f"{end9}s", "alertname": "MedianOnly", "exp_alerts": []}]
+    doc = {"rule_files": ["variant.yaml"], "evaluation_interval": "30s",
+           "tests": [{"name": "staleness-no-is-s74", "interval": "30s", "input_series": series,
+                      "alert_rule_test": tests}]}
+    (tmp_path / "far_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "far_test.yaml"], cwd=tmp_path,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
