@@ -1123,6 +1123,10 @@ RUN50_NAMES = ([f"{c}-s{s}" for c, seeds in RUN50.items() for s in seeds]
 # (iii) the 4 lag-4 runs: RlobsPrecursorUncorrectedOffPolicy fires on no run under the rules after where it did not
 #      under the rules before, and its first page no more than one step earlier where it fires under both (the far
 #      leg cannot fire at a median staleness of 4; one step is the replays' spread at one step a PERIOD).
+# Scored once (bench/results/early_warning_run51_live{,_before}.md): (i) met: 8 of 8 staleness runs warned live before
+# the drop (7 of 8 before: s78 pending at its drop step 10, now 9; s77 9->8; s75 6->7 and s76 7->8 in this replay,
+# jitter, the leg can only add). (ii) met: no alert on the 4 healthy no-IS runs. (iii) met: no uncorrected-off-policy
+# alert on the 4 lag-4 runs under either rule set. Kept.
 
 
 def _flags(run_dir: Path) -> list[str]:
