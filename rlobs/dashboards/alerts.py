@@ -845,9 +845,10 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     # pause for a whole recent window (5 steps), not on one step slower than 5x the mean busy time
     fresh = fresh_data(recent, pause)
 
-    # the far leg's quantile: the far_min_below-th lowest of `window` readings (one a step), 0.25 for 2 of 5
-    far = th("precursor-uncorrected-off-policy")
-    far_q = (far["far_min_below"] - 1) / (far["window"] - 1)
+    # the uncorrected-off-policy alert's readings; its far leg's quantile is the far_min_below-th lowest of `window`
+    # readings (one a step), 0.25 for 2 of 5
+    ess, stale_now = "rlobs_effective_sample_size_ratio", _median_now("rlobs_staleness_mean_versions", recent)
+    far_q = (u["far_min_below"] - 1) / (u["window"] - 1)
 
     def stepping(expr: str) -> str:
         expr = f"({expr}) and on ({GROUP[0]}) {fresh}"
@@ -928,11 +929,10 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
         # that is the far_min_below-th lowest of window steps
         AlertRule(
             "precursor-uncorrected-off-policy", "warning",
-            stepping(f"((({_median_now('rlobs_effective_sample_size_ratio', recent)} < {u['ess_below']:g}){on}"
-                    f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['min_staleness']:g})) or "
-                    f"(({_over_time('quantile_over_time', 'rlobs_effective_sample_size_ratio', recent, q=far_q)}"
-                    f" < {u['ess_below']:g}){on}"
-                    f"({_median_now('rlobs_staleness_mean_versions', recent)} >= {u['far_staleness']:g}))){on}"
+            stepping(f"((({_median_now(ess, recent)} < {u['ess_below']:g}){on}"
+                    f"({stale_now} >= {u['min_staleness']:g})) or "
+                    f"(({_over_time('quantile_over_time', ess, recent, q=far_q)} < {u['ess_below']:g}){on}"
+                    f"({stale_now} >= {u['far_staleness']:g}))){on}"
                     f"({_over_time('max_over_time', 'rlobs_importance_correction_cap', recent)}"
                     " == 0)"), f("precursor-uncorrected-off-policy"),
             "Early warning: stale samples trained on without importance correction, divergence ahead ({{ $labels.run }})",
