@@ -701,6 +701,15 @@ def _median_before(name: str, recent: str, history: str) -> str:
     return _over_time("quantile_over_time", name, history, recent, q=0.5)
 
 
+def _reference_steps(recent: str, history: str, baseline: float) -> str:
+    """The window before the recent one holds ``baseline`` steps' readings, as the doctor's drift detectors judge a
+    run only once it has ``baseline`` reference steps before their lag (rlobs.doctor.rules.precursors.judge). Counted
+    as changes of the step counter (each of its values is one step's reading of the per-step gauges; a restart's
+    reset is a change too), not as the signal's own changes (a share that holds at 0 changes at no step) nor as
+    samples (scrapes, not steps)."""
+    return f"({_over_time('changes', 'rlobs_train_steps_total', history, recent)} >= {baseline - 1:g})"
+
+
 def _reward_not_climbing(recent: str, history: str, gain: float) -> str:
     now = _over_time("avg_over_time", "rlobs_reward_mean", recent)
     before = _over_time("avg_over_time", "rlobs_reward_mean", history, recent)
@@ -858,8 +867,9 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     out = (
         AlertRule(
             "precursor-grad-norm-drift", "warning",
-            stepping(f"{_median_now('rlobs_grad_norm', recent)} > {1 + g['min_effect']:g} * "
-                    f"{_median_before('rlobs_grad_norm', recent, history)}"), f("precursor-grad-norm-drift"),
+            stepping(f"({_median_now('rlobs_grad_norm', recent)} > {1 + g['min_effect']:g} * "
+                    f"{_median_before('rlobs_grad_norm', recent, history)}){on}"
+                    f"{_reference_steps(recent, history, g['baseline'])}"), f("precursor-grad-norm-drift"),
             "Early warning: grad norm drifting up, divergence ahead ({{ $labels.run }})",
             "The median pre-clip grad norm of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | "
             f"humanize }}}} over {win}, over {1 + g['min_effect']:g}x its earlier median: updates grow step after "
@@ -871,7 +881,8 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
             stepping(f"({_median_now('rlobs_policy_entropy', recent)} < {1 - e['min_effect']:g} * "
                     f"{_median_before('rlobs_policy_entropy', recent, history)}){on}"
                     f"{_reward_not_climbing(recent, history, e['learning_gain'])}{on}"
-                    f"{_reward_under(recent, e['solved_reward'])}"),
+                    f"{_reward_under(recent, e['solved_reward'])}{on}"
+                    f"{_reference_steps(recent, history, e['baseline'])}"),
             f("precursor-entropy-decline"),
             "Early warning: entropy falling without learning, collapse ahead ({{ $labels.run }})",
             "The median policy entropy of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | humanize }} "
@@ -885,7 +896,8 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
             "precursor-importance-truncation", "warning",
             stepping(f"({_median_now('rlobs_importance_clipped_ratio', recent)} > {1 + i['min_effect']:g} * "
                     f"{_median_before('rlobs_importance_clipped_ratio', recent, history)} + {i['min_abs']:g} "
-                    f"and {_median_now('rlobs_importance_clipped_ratio', recent)} > {i['min_level']:g})"),
+                    f"and {_median_now('rlobs_importance_clipped_ratio', recent)} > {i['min_level']:g}){on}"
+                    f"{_reference_steps(recent, history, i['baseline'])}"),
             f("precursor-importance-truncation"),
             "Early warning: more tokens need importance truncation, off-policy divergence ahead ({{ $labels.run }})",
             "The median share of tokens whose importance ratio was truncated in {{ $labels.component }} (run "
@@ -914,7 +926,8 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
                     f"{_median_before('rlobs_advantage_zero_std_groups_ratio', recent, history)} + {z['min_abs']:g} "
                     f"and {_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} > {z['min_level']:g})"
                     f"{on}{_reward_not_climbing(recent, history, z['learning_gain'])}{on}"
-                    f"{_reward_under(recent, z['solved_reward'])}"), f("precursor-zero-std-rising"),
+                    f"{_reward_under(recent, z['solved_reward'])}{on}"
+                    f"{_reference_steps(recent, history, z['baseline'])}"), f("precursor-zero-std-rising"),
             "Early warning: more GRPO groups without signal while the reward is low ({{ $labels.run }})",
             "The median share of zero-std groups of {{ $labels.component }} (run {{ $labels.run }}) is {{ $value | "
             "humanizePercentage }} over " + win + f", over {1 + z['min_effect']:g}x its earlier median + "
@@ -1059,6 +1072,10 @@ def _case_test(r: AlertRule, runbook_base: str | None = None) -> dict[str, objec
         # a rule that asks its run to be stepping (the precursors' fresh_data) and a case that does not say how: the
         # trainer steps once a case minute up to the firing time
         input_series.append({"series": sel(stamp, base), "values": f"0+{_case_minute(r)}x{c.firing_min}"})
+    steps = "rlobs_train_steps_total"
+    if steps in metric_names(r.expr) and steps not in {name for name, _, _ in c.series}:
+        # likewise its step counter (the drift alerts ask the window before to hold the doctor's reference steps)
+        input_series.append({"series": sel(steps, base), "values": f"0+1x{c.firing_min}"})
     if gated:
         input_series.append({"series": sel("up", {**base, "component": c.up_component or base["component"]}),
                              "values": f"1x{c.firing_min} stale"})

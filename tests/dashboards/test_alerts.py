@@ -802,3 +802,48 @@ def test_uncorrected_off_policy_far_leg_fires_before_the_median_far_behind_only(
     out = subprocess.run([need("promtool"), "test", "rules", "far_test.yaml"], cwd=tmp_path,
                          capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
+
+
+def test_drift_alerts_wait_for_the_doctors_reference_steps_on_a_slow_start(tmp_path):
+    """A real healthy run's first 20 steps (tests/early_warning/data/grad_norm_slow_start.json: healthy-long-s50,
+    which learned and never fell) at its own pace (its wall gaps, the run's mean gap scaled to 2 minutes, scraped every
+    30 s) into a real promtool. Its first steps were slower than its mean, so at step 4-5 the window before holds 2-4
+    steps, and step 4's grad norm (10.3 against 0.29-0.45 before it), held through the held-out evaluation after it,
+    is the recent window's median: the rule without its reference-steps guard pages it there, as the live replay of
+    the forty-ninth early-warning run did at the run's own pace. The committed rule, like the doctor's detector, judges
+    only once the window before holds ``baseline`` steps, and is quiet throughout (step 18's single spike of 8.7 is
+    no median)."""
+    import json
+
+    from rlobs.failures import thresholds
+
+    steps = json.loads((Path(__file__).resolve().parents[1] / "early_warning" / "data"
+                        / "grad_norm_slow_start.json").read_text())["steps"]
+    def guard(fid: str) -> str:
+        w = a.PRECURSOR_WINDOWS
+        return f" and on (run, component) {a._reference_steps(w['recent'], w['history'], thresholds(fid)['baseline'])}"
+
+    # the four drift alerts (the doctor's fast-drift detectors: lag, baseline) carry it; the levels and KL's rate do not
+    drifts = ("precursor-grad-norm-drift", "precursor-entropy-decline", "precursor-importance-truncation",
+              "precursor-zero-std-rising")
+    assert all(a.rule(fid).expr.count(guard(fid)) == 1 for fid in drifts)
+    r = a.rule("precursor-grad-norm-drift")
+    scrapes = [max(1, round(4 * x["gap"])) for x in steps]  # 4 scrapes (2 minutes) a mean gap
+    t0 = [30 * sum(scrapes[:i]) for i in range(len(steps))]  # each step's time, seconds
+
+    def sel(name: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in a.CASE_LABELS.items()) + "}"
+
+    def vals(xs: list[float]) -> str:
+        return " ".join(" ".join([f"{v:.9g}"] * n) for v, n in zip(xs, scrapes))
+
+    series = [{"series": sel("rlobs_grad_norm"), "values": vals([x["grad_norm"] for x in steps])},
+              {"series": sel("rlobs_train_steps_total"), "values": vals([x["step"] + 1 for x in steps])},
+              {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": vals(t0)},
+              {"series": sel("up"), "values": vals([1] * len(steps))}]
+    end = 30 * sum(scrapes)
+    unguarded = r.expr.replace(guard(r.id), "")
+    firing = set(range(1140, 1410, 30))  # 19-23 minutes: steps 5-7 (pending at step 5, a `for` of 1 minute)
+    assert t0[5] <= min(firing) and max(firing) < t0[8], t0
+    _quiet_where_variant_pages(tmp_path, "healthy-long-s50, its own pace", r, "Unguarded", unguarded, series,
+                               range(60, end, 30), firing)
