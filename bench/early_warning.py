@@ -1161,6 +1161,18 @@ for _k, _s in RUN52_HEALTHY.items():
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
 RUN52_NAMES = ([f"{c}-s{s}" for c, seeds in RUN52.items() for s in seeds]
                + [f"{k}-s{s}" for k, seeds in RUN52_HEALTHY.items() for s in seeds])
+# Scored once (bench/results/early_warning_run52_live{,_before}{,_real}.md, early_warning_run52.md,
+# early_warning_run52_whole_doctor.json). The bar's "11 fresh healthy runs" is a miscount: RUN52_HEALTHY holds 12, and
+# (i) is scored on all 12. (i) met: no page of the four guarded alerts on the 12 healthy runs at either pace (none
+# under the rules before either). (ii) met: all 6 collapse runs warned before their drop under both rule sets at one
+# step a PERIOD. (iii) met: the only guarded first pages on collapse runs, staleness-no-is-s83's entropy decline and
+# zero-std rising after its drop at 15, came at 44 and 48 after, 43 and 47 before (one step). Kept. Reported:
+# healthy-tiny-s231 paged by oversized-updates at 56 (55 before) at one step a PERIOD and at 16 at its own pace under
+# the rules after (none before): not a guarded alert, the `tiny` warm start's noisy reward read as learning (its
+# held-out success flat at 0.30-0.34), as healthy-tiny-s228 in the forty-second run; healthy-dp2-completion-s245 drew
+# reward hacking after its last step at its own pace under the rules before only. The seen healthy-long-s50, replayed
+# again at its own pace under the rules after: no page. The doctor (unchanged): 6 of 6 collapses warned ahead
+# (lag-4 s73 too), 0 of 12 healthy runs warned by any of its rules
 
 
 def _flags(run_dir: Path) -> list[str]:

@@ -439,6 +439,7 @@ def test_entropy_decline_alert_is_quiet_on_a_real_solved_run(tmp_path):
 
     series = [{"series": sel("rlobs_reward_mean"), "values": vals([x["reward"] for x in steps])},
               {"series": sel("rlobs_policy_entropy"), "values": vals([x["entropy"] for x in steps])},
+              {"series": sel("rlobs_train_steps_total"), "values": vals([i + 1 for i in range(len(steps))])},
               {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": _stamps(len(steps), per)},
               {"series": sel("up"), "values": vals([1] * len(steps))}]
     firing = set(range(6840, 7020, 30))  # steps 57-58 (a step is 120 s): pending a `for` (1 min) before
