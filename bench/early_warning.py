@@ -1173,6 +1173,38 @@ RUN52_NAMES = ([f"{c}-s{s}" for c, seeds in RUN52.items() for s in seeds]
 # reward hacking after its last step at its own pace under the rules before only. The seen healthy-long-s50, replayed
 # again at its own pace under the rules after: no page. The doctor (unchanged): 6 of 6 collapses warned ahead
 # (lag-4 s73 too), 0 of 12 healthy runs warned by any of its rules
+# Fifty-third run (7 Dec 2026, registered before any of its runs was trained; the change frozen before any of them is
+# replayed or judged): RlobsPrecursorOversizedUpdates' "the run has learned" read from the run's start, as the
+# doctor's rule reads it, instead of the hour before. Today the alert asks the recent training reward's mean to be
+# reward_gain over the low decile of the hour before, or the recent best held-out reading heldout_gain over the lowest
+# of the hour before: a noisy reward, or a held-out dip and recovery, reads as learning (healthy-tiny-s228 at step 50
+# in the forty-second run, healthy-tiny-s231 at 55-56 and 16 at its own pace in the fifty-second, held-out flat at
+# 0.30-0.34; s231's evaluation at step 30 read 0.17, so 0.34 at 55 was "a climb of 0.17"). Change: the Prometheus
+# sink serves two baselines per run and component, set once: the median training reward of a process's first
+# `baseline` (5) steps and its first held-out reading (rlobs.catalogue: a "set" source that keeps its first values);
+# the alert's learned legs compare with them (recent mean reward >= reward baseline + reward_gain; recent best held-out
+# >= first held-out + heldout_gain), as the doctor compares with the run's first steps and first evaluation.
+# Chosen on the 275 records on disk (/work/records/ew39..ew52, all seen), the alert emulated step by step at one step
+# a PERIOD (the script is kept in the session notes): healthy pages of the alert 3 (healthy-tiny s212 at 25, s228 at
+# 50, s231 at 55) -> 0; KL blow-up 21/21, lr too high 19/19, warm-up 15/16 warned before the drop under both; first
+# pages later on 6 (kl-blow-up-s148 7 -> 13, its drop 20; five others by 1-2 steps). The anchor for the reward alone
+# (without the held-out one) left s231. Held out: the runs below, 60 steps, replayed at one step a PERIOD under the
+# rules before (c6cd2d1, a worktree with this bench) and after, batch 7; the doctor (unchanged) judged once for its
+# pool. Bar (kept if all hold; reverted otherwise):
+# (i) no RlobsPrecursorOversizedUpdates page on any of the 6 fresh healthy runs while it steps, under the rules after;
+# (ii) the 7 fresh collapse runs: warned live before the drop on at least as many under the rules after as before;
+# (iii) no precursor alert other than oversized-updates changes its first page by more than one step (the change
+#       touches that alert only; one step: the replays' spread).
+# Reported, not a bar: each run's first page under both, the pooled PromQL classes with the fresh runs.
+RUN53 = {"lr-too-high": (148, 149), "lr-warmup-too-high": (148, 149, 150), "kl-blow-up": (159, 160)}
+for _c, _s in RUN53.items():
+    HELDOUT_EXTRA[_c] += _s
+RUN53_HEALTHY = {"healthy-tiny": (232, 233, 234, 235), "healthy-dp2-completion": (246,), "healthy-t07": (236,)}
+for _k, _s in RUN53_HEALTHY.items():
+    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
+    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
+RUN53_NAMES = ([f"{c}-s{s}" for c, seeds in RUN53.items() for s in seeds]
+               + [f"{k}-s{s}" for k, seeds in RUN53_HEALTHY.items() for s in seeds])
 
 
 def _flags(run_dir: Path) -> list[str]:
