@@ -52,6 +52,9 @@ DEFAULT_BUCKETS = {
 # The doctor's precursor rules and the live gauges read the same names
 HELDOUT_SCALARS = ("rlobs/heldout_success", "eval_reward_mean")
 AUDIT_SCALARS = ("rlobs/grader_audit_gap", "grader_audit_gap")
+# the steps rlobs_reward_baseline takes the median of: precursor-oversized-updates' `baseline` (rlobs.failures; a
+# test holds them equal)
+REWARD_BASELINE_STEPS = 5
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +71,10 @@ class Source:
     # "set": no series until an event carries a value (where the default 0 of an unset gauge would be a claim:
     # a correction cap of 0 reads "no correction")
     absent_until_set: bool = False
+    # "set": a baseline, set once: the median of the first ``first`` finite values each label set receives, and no
+    # series until then (the doctor's rules compare with a run's first steps; a live alert can read them only if
+    # the exporter keeps them). Per process: a process restarted from a checkpoint takes its own first values
+    first: int = 0
 
     def matches(self, fields: Mapping[str, Any]) -> bool:
         """Whether an event's fields pass ``where`` (a tuple value: any of them)."""
@@ -133,6 +140,8 @@ class MetricSpec:
                 raise ValueError(f"metric {n!r}: field {f!r} not in kind {s.kind!r}")
         if set(s.labels) != set(self.labels):
             raise ValueError(f"metric {n!r}: source labels {sorted(s.labels)} != labels {sorted(self.labels)}")
+        if s.first and (s.op != "set" or s.first < 0):
+            raise ValueError(f"metric {n!r}: first={s.first} keeps a baseline of a 'set' source's first values only")
         for k, v in s.where.items():
             if isinstance(v, tuple) and not v:
                 raise ValueError(f"metric {n!r}: where {k!r} is an empty tuple (any of nothing): no event would "
@@ -347,6 +356,16 @@ METRICS: tuple[MetricSpec, ...] = (
        "Held-out success of the last evaluation (exact match on prompts the run never trains on; scalar "
        "rlobs/heldout_success, or trainer_ref's eval_reward_mean).", (),
        S("scalar", "set", "value", where={"name": HELDOUT_SCALARS}, finite_only=True, absent_until_set=True)),
+    # the baselines RlobsPrecursorOversizedUpdates reads "the run has learned" from, as the doctor's rule does
+    # (precursor-oversized-updates' baseline steps and the first evaluation; the fifty-third early-warning run)
+    _m("rlobs_reward_baseline", "gauge", "1",
+       f"Median training reward of this process's first {REWARD_BASELINE_STEPS} steps (set once): the level a live "
+       "alert reads 'the run has learned' from.", (),
+       S("train_step", "set", "reward_mean", finite_only=True, first=REWARD_BASELINE_STEPS)),
+    _m("rlobs_heldout_success_baseline", "gauge", "1",
+       "Held-out success of this process's first evaluation (set once; scalar rlobs/heldout_success, or trainer_ref's "
+       "eval_reward_mean).", (),
+       S("scalar", "set", "value", where={"name": HELDOUT_SCALARS}, finite_only=True, first=1)),
     _m("rlobs_grader_audit_gap", "gauge", "1",
        "The training reward's excess over an audit grader (an exact check) on the same training samples, last "
        "graded batch (scalar rlobs/grader_audit_gap, or trainer_ref's grader_audit_gap): a shaped reward's partial credit shrinks as the "

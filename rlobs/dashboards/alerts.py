@@ -821,14 +821,15 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     # warnings to it; the promtool case's reward of 0.5 below is what catches it)
     solved = (f"({_median_now('rlobs_advantage_zero_std_groups_ratio', recent)} >= {o['solved_zero_std']:g}){on}"
               f"({_median_now('rlobs_reward_mean', recent)} >= {o['solved_reward']:g})")
-    # the run has learned (as the doctor asks): its training reward climbed over its early level (the low decile of
-    # the hour before), or its held-out success over the lowest evaluation before
+    # the run has learned (as the doctor asks): its training reward climbed over its early level (the median of its
+    # first `baseline` steps, rlobs_reward_baseline), or its held-out success over its first evaluation
+    # (rlobs_heldout_success_baseline); both served by the exporter, set once. Until the fifty-third early-warning run
+    # the early levels were the hour before's low decile and lowest evaluation, where a noisy reward, or a held-out dip
+    # and recovery, read as learning (healthy-tiny s228 and s231 paged, held-out success flat)
     reward_climbed = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} >= "
-                      f"{_over_time('quantile_over_time', 'rlobs_reward_mean', history, recent, q=0.1)}"
-                      f" + {o['reward_gain']:g})")
+                      f"{agg('max', series('rlobs_reward_baseline', ALERT), GROUP)} + {o['reward_gain']:g})")
     heldout_climbed = (f"({_over_time('max_over_time', 'rlobs_heldout_success', recent)} >= "
-                       f"{_over_time('min_over_time', 'rlobs_heldout_success', history, recent)}"
-                       f" + {o['heldout_gain']:g})")
+                       f"{agg('max', series('rlobs_heldout_success_baseline', ALERT), GROUP)} + {o['heldout_gain']:g})")
     hacking = reward_hacking_heldout(recent, history, h)
     # the audit leg: the training reward's excess over an exact check on the same samples (the driver's gauge), its
     # mean over the recent window over audit_above and audit_gain above its low decile in the hour before
@@ -962,8 +963,9 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
                           ("rlobs_importance_correction_cap", {}, "0x90")), "50%", not_yet_min=70, firing_min=88)),
         # a level too: nats per token most updates move the policy (the low quantile: most of the recent samples over
         # the bar, as the doctor asks min_steps of window), on a policy whose entropy has narrowed (its
-        # early level: the highest entropy of the hour before) after the reward has climbed (its early level: the
-        # low decile of the hour before), as the doctor's rule compares with the run's first steps
+        # early level: the highest entropy of the hour before) after the reward has climbed (over the median of the
+        # run's first steps, or held-out success over its first evaluation: the exporter's baselines), as the doctor's
+        # rule compares with the run's first steps
         AlertRule(
             "precursor-oversized-updates", "warning",
             stepping(f"(((({oversized}{on}{reward_climbed}) or ({oversized}{on_run}{heldout_climbed}))"
@@ -975,7 +977,8 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
             f"humanize }}}} nats per token or more in {o['min_steps'] / o['window']:.0%} of the last {recent} (over "
             f"{o['kl_above']:g}) while its entropy "
             f"is under {o['entropy_share_below']:.0%} of its level in the {history} before and the training reward has "
-            f"climbed by {o['reward_gain']:g}+ (or held-out success by {o['heldout_gain']:g}+), or over "
+            f"climbed by {o['reward_gain']:g}+ over its first {o['baseline']:g} steps (or held-out success by "
+            f"{o['heldout_gain']:g}+ over the first evaluation), or over "
             f"{o['early_kl_above']:g} in {o['early_min_steps'] / o['early_window']:.0%} of its updates (or their median "
             f"over {o['early_median_above']:g}) within its first "
             f"{o['early_steps']:g} steps (before anything was learned, and not only Adam's first few steps: the "
@@ -989,7 +992,8 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
             "learning rate or the warm-up peak; resume from a checkpoint before the warning.",
             PromtoolCase((("rlobs_policy_update_kl", {}, "0.001+0.0000001x70 0.1+0.0000001x20"),
                           ("rlobs_policy_entropy", {}, "1x70 0.5x20"),
-                          ("rlobs_reward_mean", {}, "0.2x70 0.5x20")), "100m", not_yet_min=70, firing_min=88)),
+                          ("rlobs_reward_mean", {}, "0.2x70 0.5x20"), ("rlobs_reward_baseline", {}, "0.2x90")),
+                         "100m", not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-reward-hacking", "warning", stepping(f"({hacking}) or ({audit})"),
             f("precursor-reward-hacking"),

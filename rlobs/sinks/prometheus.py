@@ -18,9 +18,10 @@ import logging
 import math
 import os
 import socket
+import statistics
 import threading
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Mapping
 
 from prometheus_client import (
     CollectorRegistry,
@@ -71,7 +72,7 @@ class _Route:
     """Feeds one metric from one event kind."""
 
     __slots__ = ("spec", "metric", "op", "value_field", "value_index", "label_fields", "where", "scale",
-                 "children", "base", "overflowed", "finite_only", "absent_until_set")
+                 "children", "base", "overflowed", "finite_only", "absent_until_set", "first", "firsts")
 
     def __init__(self, spec: MetricSpec, metric: Any, base: tuple[str, str]):
         src = spec.source
@@ -86,6 +87,8 @@ class _Route:
         self.scale = src.scale
         self.finite_only = src.finite_only
         self.absent_until_set = src.absent_until_set
+        self.first = src.first
+        self.firsts: dict[tuple[str, ...], list[float]] = {}  # a baseline's first values, until it is set
         self.children: dict[tuple[str, ...], Any] = {}
         self.base = base
         self.overflowed = 0
@@ -101,6 +104,9 @@ class _Route:
             key = tuple("" if fields.get(f) is None else str(fields.get(f)) for f in self.label_fields)
         else:
             key = ()
+        if self.first:
+            self._baseline(key, event, fields)
+            return
         child = self.children.get(key)
         if child is None:
             if len(self.children) >= MAX_SERIES_PER_METRIC:
@@ -131,6 +137,23 @@ class _Route:
                 child.inc(value)
         else:
             child.observe(value)
+
+    def _baseline(self, key: tuple[str, ...], event: tuple, fields: Mapping[str, Any]) -> None:
+        """A ``first`` source: collect the label set's first finite values, then set the gauge once to their
+        median (no series before: a baseline of 0 would be a claim)."""
+        if key in self.children or (key not in self.firsts and len(self.firsts) + len(self.children)
+                                    >= MAX_SERIES_PER_METRIC):
+            return
+        value = event[self.value_index] if self.value_index else fields.get(self.value_field)
+        if value is None or not math.isfinite(value := float(value) * self.scale):
+            return
+        seen = self.firsts.setdefault(key, [])
+        seen.append(value)
+        if len(seen) >= self.first:
+            child = self.metric.labels(*self.base, *key)
+            child.set(statistics.median(seen))
+            self.children[key] = child
+            del self.firsts[key]
 
 
 def _build_labels() -> tuple[str, str, str]:

@@ -242,44 +242,64 @@ def test_zero_std_alert_is_quiet_on_a_solved_task_and_fires_on_a_grader_constant
     assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
 
 
-def _oversized_replay(tmp_path: Path, steps: list[dict], value: str, cases: list[tuple[str, dict, set[int]]]) -> None:
-    """A real run's per-step signals replayed at a step every 2 minutes (scraped every 30 s) into a real promtool that
-    evaluates the committed RlobsPrecursorOversizedUpdates every 30 s. ``cases``: (name, per-step overrides of a
-    signal, the evaluation seconds it must fire at: quiet at every other); ``value``: the alert's rendered value."""
-    per = 4  # scrapes per step
-    labels = {**a.CASE_LABELS}
+def _oversized_series(steps: list[dict], over: dict[str, list[float]] | None = None, per: int = 4) -> list[dict]:
+    """A real run's per-step signals as the oversized-updates alert reads them, at a step every 2 minutes scraped
+    ``per`` times each (run r1; ``over``: per-step overrides of a signal). With them the exporter's baselines, as
+    the Prometheus sink serves them (tested in tests/rlobs/test_prometheus_sink.py): the median reward of the first
+    REWARD_BASELINE_STEPS steps from the step that completes them, and the first held-out reading from its step;
+    absent before ("_")."""
+    import statistics
+
+    from rlobs.catalogue import REWARD_BASELINE_STEPS
+
+    over = over or {}
 
     def sel(name: str, **extra: str) -> str:
-        return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**labels, **extra}.items()) + "}"
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in {**a.CASE_LABELS, **extra}.items()) + "}"
 
-    def vals(xs: list[float]) -> str:
-        return " ".join(" ".join([f"{x:.9g}"] * per) for x in xs)
+    def vals(xs: list[float | None]) -> str:
+        return " ".join(" ".join(["_" if x is None else f"{x:.9g}"] * per) for x in xs)
 
     held, last = [], None
     for r in steps:  # the driver's gauge holds its last evaluation
         last = r.get("heldout", last)
         held.append(last)
+    col = {k: over.get(k) or [x[k] for x in steps] for k in ("policy_kl", "entropy", "reward", "grad_norm")}
+    n = REWARD_BASELINE_STEPS
+    base = statistics.median(col["reward"][:n])
+    first_held = next(h for h in held if h is not None)
+    series = [{"series": sel("rlobs_policy_update_kl"), "values": vals(col["policy_kl"])},
+              {"series": sel("rlobs_policy_entropy"), "values": vals(col["entropy"])},
+              {"series": sel("rlobs_reward_mean"), "values": vals(col["reward"])},
+              {"series": sel("rlobs_reward_baseline"), "values": vals([None] * (n - 1) + [base] * (len(steps) - n + 1))},
+              {"series": sel("rlobs_grad_norm"), "values": vals(col["grad_norm"])},
+              {"series": sel("rlobs_train_steps_total"), "values": vals([x["step"] + 1 for x in steps])},
+              {"series": sel("rlobs_heldout_success", component="orchestrator"), "values": vals(held)},
+              {"series": sel("rlobs_heldout_success_baseline", component="orchestrator"),
+               "values": vals([None if h is None else first_held for h in held])},
+              {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": _stamps(len(steps), per)},
+              {"series": sel("up"), "values": vals([1] * len(steps))}]
+    if "zero_std" in steps[0]:
+        series.append({"series": sel("rlobs_advantage_zero_std_groups_ratio"),
+                       "values": vals(over.get("zero_std") or [x["zero_std"] for x in steps])})
+    return series
+
+
+def _oversized_replay(tmp_path: Path, steps: list[dict], value: str, cases: list[tuple[str, dict, set[int]]]) -> None:
+    """A real run's per-step signals replayed at a step every 2 minutes (scraped every 30 s) into a real promtool that
+    evaluates the committed RlobsPrecursorOversizedUpdates every 30 s. ``cases``: (name, per-step overrides of a
+    signal, the evaluation seconds it must fire at: quiet at every other); ``value``: the alert's rendered value."""
+    per = 4  # scrapes per step
     r = a.rule("precursor-oversized-updates")
     alert = {**r.labels, "run": "r1", "component": "trainer"}
     notes = {k: a._render(v, alert, value) for k, v in r.annotations().items()}
 
     def case(name: str, over: dict[str, list[float]], firing_at: set[int]) -> dict:
-        col = {k: over.get(k) or [x[k] for x in steps] for k in ("policy_kl", "entropy", "reward", "grad_norm")}
-        series = [{"series": sel("rlobs_policy_update_kl"), "values": vals(col["policy_kl"])},
-                  {"series": sel("rlobs_policy_entropy"), "values": vals(col["entropy"])},
-                  {"series": sel("rlobs_reward_mean"), "values": vals(col["reward"])},
-                  {"series": sel("rlobs_grad_norm"), "values": vals(col["grad_norm"])},
-                  {"series": sel("rlobs_train_steps_total"), "values": vals([x["step"] + 1 for x in steps])},
-                  {"series": sel("rlobs_heldout_success", component="orchestrator"), "values": vals(held)},
-                  {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": _stamps(len(steps), per)},
-                  {"series": sel("up"), "values": vals([1] * len(steps))}]
-        if "zero_std" in steps[0]:
-            series.append({"series": sel("rlobs_advantage_zero_std_groups_ratio"),
-                           "values": vals(over.get("zero_std") or [x["zero_std"] for x in steps])})
         tests = [{"eval_time": f"{t}s", "alertname": r.name,
                   "exp_alerts": [{"exp_labels": alert, "exp_annotations": notes}] if t in firing_at else []}
                  for t in range(60, 30 * per * len(steps), 30)]
-        return {"name": name, "interval": "30s", "input_series": series, "alert_rule_test": tests}
+        return {"name": name, "interval": "30s", "input_series": _oversized_series(steps, over, per),
+                "alert_rule_test": tests}
 
     doc = {"rule_files": [str(DASHBOARDS / "alerts.yaml")], "evaluation_interval": "30s",
            "tests": [case(*c) for c in cases]}
@@ -848,3 +868,39 @@ def test_drift_alerts_wait_for_the_doctors_reference_steps_on_a_slow_start(tmp_p
     assert t0[5] <= min(firing) and max(firing) < t0[8], t0
     _quiet_where_variant_pages(tmp_path, "healthy-long-s50, its own pace", r, "Unguarded", unguarded, series,
                                range(60, end, 30), firing)
+
+
+def test_oversized_updates_reads_learning_from_the_runs_start_not_the_hour_before(tmp_path):
+    """A real healthy run that never learned (tests/early_warning/data/oversized_noisy_reward.json: healthy-tiny-s231,
+    held-out success flat at 0.30-0.34 but 0.17 at its step-30 evaluation, training reward 0.22-0.67 step to step)
+    at a step every 2 minutes into a real promtool. The rule as it was until the fifty-third early-warning run, whose
+    "the run has learned" read the low decile of the hour before's reward and the lowest evaluation of that hour,
+    pages it at step 56 (a dip and its recovery read as a climb), as the live replay of the fifty-second run did; the
+    committed rule compares with the exporter's baselines (the median reward of the first 5 steps, the first
+    evaluation), as the doctor compares with the run's first steps, and is quiet throughout."""
+    import json
+
+    from rlobs.failures import thresholds
+
+    steps = json.loads((Path(__file__).resolve().parents[1] / "early_warning" / "data"
+                        / "oversized_noisy_reward.json").read_text())["steps"]
+    r = a.rule("precursor-oversized-updates")
+    o = thresholds(r.id)
+    now, hist = a.PRECURSOR_WINDOWS["recent"], a.PRECURSOR_WINDOWS["history"]
+    reward, held = (a._over_time("avg_over_time", "rlobs_reward_mean", now),
+                    a._over_time("max_over_time", "rlobs_heldout_success", now))
+
+    def base(name: str) -> str:
+        return a.agg("max", a.series(name, a.ALERT), a.GROUP)
+
+    committed = (f"({reward} >= {base('rlobs_reward_baseline')} + {o['reward_gain']:g})",
+                 f"({held} >= {base('rlobs_heldout_success_baseline')} + {o['heldout_gain']:g})")
+    hour_before = (f"({reward} >= {a._over_time('quantile_over_time', 'rlobs_reward_mean', hist, now, q=0.1)} + "
+                   f"{o['reward_gain']:g})",
+                   f"({held} >= {a._over_time('min_over_time', 'rlobs_heldout_success', hist, now)} + "
+                   f"{o['heldout_gain']:g})")
+    assert all(r.expr.count(x) == 1 for x in committed)
+    variant = r.expr.replace(committed[0], hour_before[0]).replace(committed[1], hour_before[1])
+    firing = {6780, 6810}  # step 56 (a step is 120 s), pending a `for` (1 minute) before
+    _quiet_where_variant_pages(tmp_path, "healthy-tiny-s231", r, "HourBefore", variant, _oversized_series(steps),
+                               range(60, 30 * 4 * len(steps), 30), firing)

@@ -123,6 +123,33 @@ def test_held_out_success_and_audit_gap_gauges_read_every_name_the_doctor_reads(
     assert gauges() == {"rlobs_heldout_success": 0.5, "rlobs_grader_audit_gap": 0.07}
 
 
+def test_the_baselines_are_the_first_values_set_once_and_absent_before(prom_rec):
+    """rlobs_reward_baseline is the median of the first REWARD_BASELINE_STEPS training rewards (the doctor's
+    precursor-oversized-updates baseline), absent until they are in and never moved after; a NaN reward is no
+    reading. rlobs_heldout_success_baseline is the first held-out reading, whichever of its names is logged."""
+    from rlobs.catalogue import REWARD_BASELINE_STEPS
+    from rlobs.failures import thresholds
+
+    assert REWARD_BASELINE_STEPS == thresholds("precursor-oversized-updates")["baseline"]
+    rec = prom_rec
+
+    def gauges() -> dict[str, float]:
+        assert rec.flush()
+        return {k[0]: v for k, v in _samples(_scrape(rec.metrics_url)).items()
+                if k[0] in ("rlobs_reward_baseline", "rlobs_heldout_success_baseline", "rlobs_reward_mean")}
+
+    rewards = [0.6, float("nan"), 0.2, 0.9, 0.1, 0.3, 0.95, 0.99]  # the first five finite: 0.6 0.2 0.9 0.1 0.3
+    for i, r in enumerate(rewards[:5]):
+        rec.emit("train_step", step=i, reward_mean=r)
+    assert "rlobs_reward_baseline" not in gauges()  # 4 finite readings: not yet
+    rec.emit("scalar", name="rlobs/heldout_success", value=0.25, source="verl")
+    for i, r in enumerate(rewards[5:], start=5):
+        rec.emit("train_step", step=i, reward_mean=r)
+    rec.emit("scalar", name="eval_reward_mean", value=0.8, source="trainer_ref")
+    assert gauges() == {"rlobs_reward_baseline": 0.3, "rlobs_heldout_success_baseline": 0.25,
+                        "rlobs_reward_mean": 0.99}
+
+
 def test_events_become_catalogue_metrics_with_exact_values(prom_rec):
     rec = prom_rec
     for lat, outcome in [(0.2, "ok"), (0.4, "ok"), (7.0, "timeout")]:
