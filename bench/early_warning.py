@@ -1205,6 +1205,17 @@ for _k, _s in RUN53_HEALTHY.items():
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
 RUN53_NAMES = ([f"{c}-s{s}" for c, seeds in RUN53.items() for s in seeds]
                + [f"{k}-s{s}" for k, seeds in RUN53_HEALTHY.items() for s in seeds])
+# Change frozen at 969f4c4, after the 13 runs were trained (c985f6b registered them first) and before any was
+# replayed or judged. Scored once (bench/results/early_warning_run53_live{,_before}.md, early_warning_run53.md,
+# early_warning_run53_whole_doctor.json): (i) met: no oversized-updates page on the 6 healthy runs under the rules
+# after (none under the rules before either: the fresh runs held no case of the page; the change is shown on seen
+# records, the promtool test on s231 and the emulation). (ii) met: the 7 collapses warned live before the drop under
+# both (7 of 7). (iii) met: the only other first page that moved, kl-blow-up-s160's KL creep, by one step (6 -> 5).
+# Kept. Reported: first pages under the rules after vs before: lr s149 7 -> 6, warm-up s148 15 -> 14, KL s160's
+# oversized 8 -> 7, the rest unchanged; healthy-dp2-completion-s246 drew grad-norm drift after its last step under
+# both. The doctor (unchanged) warned healthy-tiny-s235 at step 19 (precursor-oversized-updates: its first 5 steps'
+# median reward 0.37, later 0.5-0.7 on a reward that moves 0.15-0.3 step to step; held-out 0.27 -> 0.31-0.36): the
+# first doctor warning on a pooled healthy run (0 of 298 before it), and not one the live alert gave
 
 
 def _flags(run_dir: Path) -> list[str]:
