@@ -2,7 +2,8 @@
 through the graders into the bounded ``graded`` queue the trainer loop consumes.
 
 One round: look for restarted actors, submit new groups while admission allows (dispatched but not
-consumed under ``(max_staleness + 1) * groups_per_step``, queue under ``queue_capacity``), poll the
+consumed under ``(max_staleness + 1) * groups_per_step``, the queue and the backlog a checkpoint or resume carried
+over counted; queue under ``queue_capacity``), poll the
 generator for finished groups and send them to a grader, collect finished gradings into the queue.
 On ``stop`` it drains: everything dispatched ends up graded in the orchestrator's buffer (checkpointable).
 A grading lost to a grader death is sent again, up to ``MAX_GRADE_ATTEMPTS``; then its groups are
@@ -15,6 +16,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
+from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -40,8 +42,12 @@ class Grading:
 
 
 class Dispatcher:
-    def __init__(self, orch: "Orchestrator", recovery: Recovery, graded: "queue.Queue[Group]") -> None:
+    def __init__(self, orch: "Orchestrator", recovery: Recovery, graded: "queue.Queue[Group]",
+                 backlog: "deque[Group] | None" = None) -> None:
         self.orch, self.recovery, self.graded = orch, recovery, graded
+        # graded groups carried over from before a checkpoint or resume, consumed before the queue: dispatched and
+        # not yet consumed, so they count against max_outstanding like the queue does
+        self.backlog: deque[Group] = backlog if backlog is not None else deque()
         self.gen = orch.gen
         cfg = orch.cfg
         self.batch, self.capacity = cfg.groups_per_step, cfg.queue_capacity
@@ -91,7 +97,7 @@ class Dispatcher:
 
         limit = faults.max_outstanding(self.orch.fault, self.orch.step, self.max_outstanding, self.capacity)
         with self.lock:
-            room = min(limit - self.in_flight - self.graded.qsize(), self.batch)
+            room = min(limit - self.in_flight - self.graded.qsize() - len(self.backlog), self.batch)
         if room <= 0:
             return
         groups = self.orch.next_groups(room)

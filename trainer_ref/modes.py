@@ -81,7 +81,7 @@ def run_separate_async(orch: Orchestrator, end: int) -> None:
     # a finished run's buffer can hold more than the queue's capacity (the queue plus what was in flight), and
     # putting them into the bounded queue before anything consumes it blocked the resume for good
     backlog, orch.buffer = orch.buffer, deque()
-    dispatcher = Dispatcher(orch, orch.recovery, graded)
+    dispatcher = Dispatcher(orch, orch.recovery, graded, backlog)
     dispatcher.start()
     try:
         while orch.step < end:
