@@ -1235,6 +1235,22 @@ for _k, _s in RUN54_TUNE_HEALTHY.items():
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
 RUN54_TUNE_NAMES = ([f"{c}-s{s}" for c, seeds in RUN54_TUNE.items() for s in seeds]
                     + [f"{k}-s{s}" for k, seeds in RUN54_TUNE_HEALTHY.items() for s in seeds])
+# Tune look, first batch (whole doctor, /work/records/ew54): healthy-tiny-s249 warned by precursor-oversized-updates at
+# 55 (4 of steps 51-55 over 0.015, median 0.022; its entropy, which swings 0.2-1.0 step to step, at a 40 % median; the
+# training reward +0.20 over its first 5 steps; held-out flat, 0.37 at the first evaluation and never above it); the
+# other 14 quiet. All 6 collapses warned (lr-too-high at 8-9, warm-up at 13-17). With the pool: 2 of 28 healthy-tiny
+# runs warned. Second batch of the look, registered here before it is trained, so a change is chosen on more than one
+# noisy warning: 8 more healthy-tiny seeds (252-259), 3 of the tiny-dot warm start (healthy-dot 237-239), and the
+# other classes the rule warns on (kl-blow-up 161-162, reward-hacking 160-161, where it annotates a grader loophole).
+RUN54_TUNE2 = {"kl-blow-up": (161, 162), "reward-hacking": (160, 161)}
+for _c, _s in RUN54_TUNE2.items():
+    HELDOUT_EXTRA[_c] += _s
+RUN54_TUNE2_HEALTHY = {"healthy-tiny": tuple(range(252, 260)), "healthy-dot": (237, 238, 239)}
+for _k, _s in RUN54_TUNE2_HEALTHY.items():
+    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
+    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
+RUN54_TUNE2_NAMES = ([f"{c}-s{s}" for c, seeds in RUN54_TUNE2.items() for s in seeds]
+                     + [f"{k}-s{s}" for k, seeds in RUN54_TUNE2_HEALTHY.items() for s in seeds])
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
