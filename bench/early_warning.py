@@ -1251,6 +1251,33 @@ for _k, _s in RUN54_TUNE2_HEALTHY.items():
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
 RUN54_TUNE2_NAMES = ([f"{c}-s{s}" for c, seeds in RUN54_TUNE2.items() for s in seeds]
                      + [f"{k}-s{s}" for k, seeds in RUN54_TUNE2_HEALTHY.items() for s in seeds])
+# Second batch looked at (15 runs): no warning on the 8 healthy-tiny or 3 tiny-dot runs; kl-blow-up warned at 7 and 9
+# (oversized-updates, KL creep at 8-9); reward-hacking at 10 (its own rule; oversized quiet). The change, chosen on the
+# 23 healthy-tiny and 10 collapse records of the look, the 2 seen ones trained again and the tests' data: once a record
+# holds two or more held-out evaluations, the after-learning leg reads the training reward's climb as learning only if
+# held-out success has gained reward_heldout_floor (0.1) over its first evaluation as well (rlobs.failures: why 0.1).
+# On the look: s249 quiet, every collapse's first warning unchanged; a loosened rule (3 of 5 over 0.01, entropy under
+# 90 %, reward +0.1) warned 11 of 25 healthy-tiny records, 1 with the floor (0 at 0.15, which loses the tests'
+# reward-hacking-s0: 0.13 held out at its warning, no other precursor warns it); of the tests' data only lr-too-high-s64
+# moves (7 -> 9, its drop at 30). Frozen in the commit that registers this, before any held-out run is trained.
+# Held out, trained after the freeze and scored once: 34 healthy runs (healthy-tiny 260-289, healthy-dot 240-243) and
+# 14 collapses (lr-too-high 153-156, lr-warmup-too-high 154-157, kl-blow-up 163-165, reward-hacking 162-164), 60 steps.
+# The bar: (i) the whole doctor under the rule after warns none of the 34 healthy runs by precursor-oversized-updates
+# (any other warning or critical is listed and counted against the doctor's healthy row); (ii) every collapse the
+# doctor before the change warned ahead of its drop is warned ahead of it after, and no collapse's oversized-updates
+# first warning moves by more than 2 steps. Reported, not a bar: the rule before on the healthy runs (the pool's rate
+# on this setting, 2 of 28, says about 2 of 34 are expected: a held-out set without one shows nothing), and the
+# loosened rule's near-misses with and without the floor.
+RUN54 = {"lr-too-high": (153, 154, 155, 156), "lr-warmup-too-high": (154, 155, 156, 157),
+         "kl-blow-up": (163, 164, 165), "reward-hacking": (162, 163, 164)}
+for _c, _s in RUN54.items():
+    HELDOUT_EXTRA[_c] += _s
+RUN54_HEALTHY = {"healthy-tiny": tuple(range(260, 290)), "healthy-dot": (240, 241, 242, 243)}
+for _k, _s in RUN54_HEALTHY.items():
+    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
+    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
+RUN54_NAMES = ([f"{c}-s{s}" for c, seeds in RUN54.items() for s in seeds]
+               + [f"{k}-s{s}" for k, seeds in RUN54_HEALTHY.items() for s in seeds])
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}

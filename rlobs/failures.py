@@ -257,7 +257,15 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
                    "no_gradient_eps": 1e-10,
                    # the after-learning leg is silent on a solved policy: the window's median zero-std share at least
                    # this and its median training reward at least solved_reward (forty-first run, bench/early_warning.py)
-                   "solved_zero_std": 0.75, "solved_reward": 0.6}),
+                   "solved_zero_std": 0.75, "solved_reward": 0.6,
+                   # where held-out success is evaluated (two or more evaluations so far), the training reward's climb
+                   # reads as learning only if held-out success has gained this much too (fifty-fourth run,
+                   # bench/early_warning.py). Chosen on its tune look: healthy-tiny-s249 warned at 55 on a reward
+                   # +0.20 with held-out success never over its first evaluation (0.0); the loosened rule (3 of 5 over
+                   # 0.01, entropy under 90 %, reward +0.1) warned 11 of 25 healthy-tiny runs, 1 with this floor;
+                   # the loophole run reward-hacking-s0 (tests' data) had gained 0.13 held out when it warned at 18
+                   # (heldout_gain, 0.15, would lose it: no other precursor warns it); lr-too-high-s64 moves 7 -> 9
+                   "reward_heldout_floor": 0.1}),
     # a divergence, not a drift (2 Dec 2026, ninth run): the training reward's 5-step mean 0.3 over its first 5 steps'
     # while held-out success gained at most a third of that over its first evaluation, two evaluations running. Its
     # numbers were written down before the eighth run's records were trained and not changed after: on them

@@ -715,6 +715,33 @@ def test_a_solved_policys_update_burst_is_not_oversized_updates(tmp_path):
     assert statistics.median(r["reward"] for r in window) >= th["solved_reward"]
 
 
+def test_a_noisy_reward_climb_without_held_out_learning_is_not_oversized_updates(tmp_path):
+    """healthy-tiny-s249 (the fifty-fourth run's tune look, a real record): the `tiny` warm start's training reward
+    swings 0.2-0.76 step to step and its entropy 0.2-1.06; at step 55 four of the last five updates were over 0.015
+    nats/token, the entropy's median 40 % of its early level and the training reward 0.20 over its first 5 steps'
+    median, so the rule warned, while held-out success never rose above its first evaluation (0.37). Where held-out
+    success is measured, the reward's climb reads as learning only if held-out success gained as well
+    (``reward_heldout_floor``): quiet now, and without the floor the same record warns at 55 (it probes the edge)."""
+    d, run = _data_record(tmp_path, "oversized_heldout_flat.json", "healthy-tiny-s249")
+    assert not diagnose(rlobs.open_run(d), rule_ids=list(PRECURSOR_IDS)).findings
+    old = diagnose(rlobs.open_run(d), rule_ids=[OVERSIZED],
+                   thresholds={OVERSIZED: {"reward_heldout_floor": -math.inf}}).findings
+    assert [f.first_step for f in old] == [55] and "training reward +0.2" in old[0].title
+    held = [r["heldout"] for r in run["steps"] if r.get("heldout") is not None and r["step"] <= 55]
+    assert len(held) >= 2 and max(held) - held[0] < FAILURES[OVERSIZED].thresholds["reward_heldout_floor"]
+
+
+@pytest.mark.skipif(LR_RUN is None, reason="no extracted learning-rate collapse run")
+def test_the_held_out_floor_does_not_hide_a_warm_up_collapse(tmp_path):
+    """The too-high warm-up (real record) learned held out before its updates grew: its warning stands at the same
+    step with the floor and without it."""
+    d = _record(tmp_path, LR_RUN)
+    without = diagnose(rlobs.open_run(d), rule_ids=[OVERSIZED],
+                       thresholds={OVERSIZED: {"reward_heldout_floor": -math.inf}}).findings
+    with_floor = diagnose(rlobs.open_run(d), rule_ids=[OVERSIZED]).findings
+    assert with_floor and [f.first_step for f in with_floor] == [f.first_step for f in without]
+
+
 @pytest.mark.skipif(LR_RUN is None, reason="no extracted learning-rate collapse run")
 def test_the_solved_guard_does_not_hide_a_warm_up_collapse(tmp_path):
     """The too-high warm-up's warning window (real record) is far from solved (a quarter of its groups zero-std at

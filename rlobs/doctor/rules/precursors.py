@@ -422,7 +422,10 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     re-scored samples; single large steps are the estimator's tail on a sharpened policy) while the policy has
     narrowed to under ``entropy_share_below`` of its early entropy and the training reward has climbed by
     ``reward_gain`` (medians of the same steps against the medians of the first ``baseline`` steps) or its best
-    held-out evaluation so far is ``heldout_gain`` over the first (a training reward can hide learning), and the
+    held-out evaluation so far is ``heldout_gain`` over the first (a training reward can hide learning); where the
+    record has two or more held-out evaluations by then, the training reward's climb counts only if held-out success
+    has gained ``reward_heldout_floor`` as well (a noisy reward climbs on a policy that learned nothing held out:
+    healthy-tiny-s249 warned at step 55 on +0.20 with held-out success never above its first evaluation), and the
     policy is not solved (a median ``solved_zero_std`` of the same steps' groups zero-std at a median reward of
     ``solved_reward``: healthy-t07-s214 took a burst of such updates from its last unsolved groups at steps 54-58 and
     held 0.87-0.91 held out to step 100). Large steps
@@ -495,6 +498,8 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         evals = [v for s, v in held if s <= step]
         h_gain = max(evals) - evals[0] if evals else None
         by_reward = gain is not None and gain >= th["reward_gain"]
+        if by_reward and len(evals) >= 2 and h_gain < th.get("reward_heldout_floor", -math.inf):
+            by_reward = False  # held-out success is measured and has not moved: the reward's climb is not learning
         if not (by_reward or (h_gain is not None and h_gain >= th.get("heldout_gain", math.inf))):
             continue  # nothing learned yet to lose: a policy that never learned is no-learning's business
         lr_now = dict(series(ctx, "lr")).get(step)
