@@ -1278,6 +1278,20 @@ for _k, _s in RUN54_HEALTHY.items():
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
 RUN54_NAMES = ([f"{c}-s{s}" for c, seeds in RUN54.items() for s in seeds]
                + [f"{k}-s{s}" for k, seeds in RUN54_HEALTHY.items() for s in seeds])
+# Trained 08:55-09:27 UTC after the freeze (32d966f), scored once (bench/results/early_warning_run54{,_live}.md,
+# early_warning_run54_whole_doctor.json: the whole doctor under the floor and with it off, the rule before).
+# (i) not met: the whole doctor warned 3 of the 34 healthy runs by precursor-oversized-updates (healthy-tiny s266 at
+# 50, s281 at 52, s285 at 27), nothing else; the rule before warned 5 (s277 at 13 and s280 at 42 as well), so the
+# pool's 2 of 28 on this setting undercounted it (the `tiny` warm start is rebuilt per machine; today's is noisier).
+# The three passed the floor on held-out noise of their own: 32 prompts x 4 samples swing 0.1-0.2 between
+# evaluations (s266 0.29 -> 0.45 -> 0.20 -> 0.37; s281 0.31 -> 0.48; s285 0.16 -> 0.35, which then fell to 0.20 by
+# step 50 and stayed: a run that did lose what it held out, the one the live alerts paged too). (ii) met: all 14
+# collapses warned where they were (lr 7-11, warm-up 12-13, KL 8 by kl-creep or oversized, hacking 9-11 by its own
+# rule), no first warning moved. Reported: the loosened rule warned 16 of 30 healthy-tiny runs without the floor, 9
+# with it. The live alerts (unchanged) paged 1 of 34 healthy runs (s285, oversized-updates at 29) and warned the 13
+# collapses with a drop before it. Kept, with the bar's miss stated: the floor can only remove or delay a warning, it
+# removed 2 of 5 on held-out healthy runs and delayed none of 14 collapses; the healthy `tiny` setting stays the
+# doctor's weak spot (3 of 30, held-out noise read as learning), left for a noise-aware held-out gain
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
