@@ -8,7 +8,8 @@ generator for finished groups and send them to a grader, collect finished gradin
 On ``stop`` it drains: everything dispatched ends up graded in the orchestrator's buffer (checkpointable).
 A grading lost to a grader death is sent again, up to ``MAX_GRADE_ATTEMPTS``; then its groups are
 dropped (``grader_error``), never lost. All state below is this thread's, except ``in_flight``
-(read by nobody else, updated under ``lock``) and ``error`` (read by the trainer loop).
+(read by nobody else, updated under ``lock``), ``error`` (read by the trainer loop) and ``backlog`` (the trainer
+loop's: this thread only reads its length).
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import deque
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -25,6 +25,8 @@ from trainer_ref.records import Group
 from trainer_ref.recovery import Recovery, actor_errors
 
 if TYPE_CHECKING:
+    from collections import deque
+
     from trainer_ref.orchestrator import Orchestrator
 
 MAX_GRADE_ATTEMPTS = 5  # gradings of one batch lost to grader deaths before its groups are dropped
@@ -43,11 +45,11 @@ class Grading:
 
 class Dispatcher:
     def __init__(self, orch: "Orchestrator", recovery: Recovery, graded: "queue.Queue[Group]",
-                 backlog: "deque[Group] | None" = None) -> None:
+                 backlog: "deque[Group]") -> None:
         self.orch, self.recovery, self.graded = orch, recovery, graded
         # graded groups carried over from before a checkpoint or resume, consumed before the queue: dispatched and
         # not yet consumed, so they count against max_outstanding like the queue does
-        self.backlog: deque[Group] = backlog if backlog is not None else deque()
+        self.backlog = backlog
         self.gen = orch.gen
         cfg = orch.cfg
         self.batch, self.capacity = cfg.groups_per_step, cfg.queue_capacity
