@@ -1293,6 +1293,36 @@ RUN54_NAMES = ([f"{c}-s{s}" for c, seeds in RUN54.items() for s in seeds]
 # removed 2 of 5 on held-out healthy runs and delayed none of 14 collapses; the healthy `tiny` setting stays the
 # doctor's weak spot (3 of 30, held-out noise read as learning), left for a noise-aware held-out gain
 
+# Fifty-fifth run (7 Dec 2026, registered here with its change frozen, before any of its runs is trained). The change,
+# chosen on the fifty-fourth run's 86 records (tune and held out, all seen now) and the 4 seen ones, the tests' data
+# too: precursor-oversized-updates reads held-out success's gain (for heldout_gain and reward_heldout_floor) as the
+# mean of its last 2 evaluations after the first against the first (heldout_recent, rlobs.failures), not the best of
+# them. The best of 6-11 evaluations that swing 0.1-0.2 passed heldout_gain (0.15) on healthy-tiny s266 (+0.16 at step
+# 10, -0.01 by step 50 when it warned) and s281 (+0.16; its last two +0.13); both quiet now. Every collapse's first
+# warning is unchanged on all 90 records and the tests' (they warn at 2-4 evaluations, while learning); with 3 recent
+# evaluations s281 stays, with 1 the level is one noisy draw. s285 (+0.15 recent; it did fall later) stays at
+# 27. A noise-aware gain from each evaluation's sample count was the note's candidate; the sample count alone does
+# not model these swings (s266's evaluations spread 0.076, twice the binomial 0.04 of 128 samples: the policy moves
+# between them), and the recent level needed no schema change.
+# Held out, trained after this commit and scored once: 27 healthy runs (healthy-tiny 290-313, healthy-dot 244-246)
+# and 18 collapses (lr-too-high 157-161, lr-warmup-too-high 158-162, kl-blow-up 166-169, reward-hacking 165-168),
+# 60 steps. The bar: (i) the whole doctor after the change warns none of the 27 healthy runs by
+# precursor-oversized-updates (any other warning or critical listed and counted against the doctor's healthy row);
+# (ii) every collapse the doctor before the change (heldout_recent 0) warned ahead of its drop is warned ahead of it
+# after, and no collapse's oversized-updates first warning moves by more than 2 steps. Reported, not a bar: the rule
+# before on the healthy runs (3 of 34 on the fifty-fourth's; a held-out set where it warns none shows nothing), and the
+# live alerts (unchanged) on all 45.
+RUN55 = {"lr-too-high": (157, 158, 159, 160, 161), "lr-warmup-too-high": (158, 159, 160, 161, 162),
+         "kl-blow-up": (166, 167, 168, 169), "reward-hacking": (165, 166, 167, 168)}
+for _c, _s in RUN55.items():
+    HELDOUT_EXTRA[_c] += _s
+RUN55_HEALTHY = {"healthy-tiny": tuple(range(290, 314)), "healthy-dot": (244, 245, 246)}
+for _k, _s in RUN55_HEALTHY.items():
+    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
+    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
+RUN55_NAMES = ([f"{c}-s{s}" for c, seeds in RUN55.items() for s in seeds]
+               + [f"{k}-s{s}" for k, seeds in RUN55_HEALTHY.items() for s in seeds])
+
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
     keys = ("mode", "lr", "lr_peak", "lr_warmup_steps", "temperature", "kl_coef", "kl_clamp", "tis_cap", "max_staleness", "grader",

@@ -421,11 +421,14 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     the policy by more than ``kl_above`` nats per token (``train_step.policy_kl``: KL(before || after) on the step's
     re-scored samples; single large steps are the estimator's tail on a sharpened policy) while the policy has
     narrowed to under ``entropy_share_below`` of its early entropy and the training reward has climbed by
-    ``reward_gain`` (medians of the same steps against the medians of the first ``baseline`` steps) or its best
-    held-out evaluation so far is ``heldout_gain`` over the first (a training reward can hide learning); where the
+    ``reward_gain`` (medians of the same steps against the medians of the first ``baseline`` steps) or held-out
+    success has gained ``heldout_gain`` over its first evaluation (a training reward can hide learning); where the
     record has two or more held-out evaluations by then, the training reward's climb counts only if held-out success
     has gained ``reward_heldout_floor`` as well (a noisy reward climbs on a policy that learned nothing held out:
-    healthy-tiny-s249 warned at step 55 on +0.20 with held-out success never above its first evaluation), and the
+    healthy-tiny-s249 warned at step 55 on +0.20 with held-out success never above its first evaluation). Held-out
+    success's gain is the mean of its last ``heldout_recent`` evaluations after the first, against the first: what
+    the policy holds now (the best evaluation so far passes for learning on a long noisy run: healthy-tiny-s266's
+    +0.16 at step 10, back under its first by step 25, warned at 50), and the
     policy is not solved (a median ``solved_zero_std`` of the same steps' groups zero-std at a median reward of
     ``solved_reward``: healthy-t07-s214 took a burst of such updates from its last unsolved groups at steps 54-58 and
     held 0.87-0.91 held out to step 100). Large steps
@@ -496,7 +499,7 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         gain = statistics.median(rs) - r0 if rs and r0 is not None else None
         step = kl[i][0]
         evals = [v for s, v in held if s <= step]
-        h_gain = max(evals) - evals[0] if evals else None
+        h_gain = _heldout_gain(evals, int(th.get("heldout_recent", 0)))
         by_reward = gain is not None and gain >= th["reward_gain"]
         if by_reward and len(evals) >= 2 and h_gain < th.get("reward_heldout_floor", -math.inf):
             by_reward = False  # held-out success is measured and has not moved: the reward's climb is not learning
@@ -513,10 +516,11 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                        round(gain, 4) if gain is not None else "n/a", th["reward_gain"], (last[0][0], step),
                        f"median of the same steps - {r0:.4g}, the median of the first {k}: what the run has learned, "
                        "and can lose" if r0 is not None else "no training reward in the record"),
-              Evidence("held-out success (best gain over the first evaluation)",
+              Evidence("held-out success (gain over the first evaluation)",
                        round(h_gain, 4) if h_gain is not None else "n/a", th.get("heldout_gain"), None,
-                       f"best of {len(evals)} evaluations so far - the first: learning the training reward may not "
-                       "show (a noisy or shaped reward)" if evals else "no held-out evaluations in the record"),
+                       f"{_heldout_how(len(evals), int(th.get('heldout_recent', 0)))} - the first: learning the "
+                       "training reward may not show (a noisy or shaped reward)" if evals
+                       else "no held-out evaluations in the record"),
               Evidence("expected time to impact", f"{th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps",
                        None, None, "held-out success or the training reward fell this many steps after the warning "
                        "in bench/early_warning.py's learning-rate runs")]
@@ -553,6 +557,25 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
                          "rlobs doctor RUN --rule precursor-entropy-decline --rule precursor-grad-norm-drift"],
         )]
     return [from_start] if from_start is not None else []
+
+
+def _heldout_gain(evals: Sequence[float], recent: int) -> float | None:
+    """What held-out success has gained over its first evaluation, as ``precursor-oversized-updates`` reads it: the
+    mean of the last ``recent`` evaluations after the first (0: the best of them). The best of a noisy series grows
+    with its length (32 prompts x 4 samples swing 0.1-0.2 between evaluations of a policy that learns nothing), so a
+    long healthy run's best evaluation passes for learning; its recent level says what it holds now, and can lose."""
+    if not evals:
+        return None
+    if recent <= 0 or len(evals) < 2:
+        return max(evals) - evals[0]
+    last = evals[1:][-recent:]
+    return sum(last) / len(last) - evals[0]
+
+
+def _heldout_how(n: int, recent: int) -> str:
+    if recent <= 0 or n < 2:
+        return f"best of {n} evaluations so far"
+    return f"mean of the last {min(recent, n - 1)} of {n} evaluations so far"
 
 
 def _oversized_from_start(ctx: RunContext, th: Mapping[str, float], last: Series, over: int) -> Finding:
