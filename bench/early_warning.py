@@ -1322,6 +1322,16 @@ for _k, _s in RUN55_HEALTHY.items():
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
 RUN55_NAMES = ([f"{c}-s{s}" for c, seeds in RUN55.items() for s in seeds]
                + [f"{k}-s{s}" for k, seeds in RUN55_HEALTHY.items() for s in seeds])
+# Trained 11:30-12:00 UTC after the freeze (24f2c04), scored once (bench/results/early_warning_run55{,_live}.md,
+# early_warning_run55_whole_doctor.json: the whole doctor under the change and with heldout_recent 0, the rule before).
+# (i) met: the whole doctor warned none of the 27 healthy runs (the rule before: healthy-tiny-s290 at 37, on held-out
+# success's best, +0.18). (ii) half met: no collapse warned ahead of its drop lost or moved its warning (17 of 18 warned
+# where they were: lr 7-11, warm-up 12-22, KL 8-10, hacking 11-14 by its own rule), but lr-warmup-too-high-s161's late
+# warning (26, its drop at 20) is gone, and with it the whole doctor's only finding on that collapsed run: its
+# held-out success had already fallen (0.44 at step 15, 0.23-0.27 at 20-25), so its recent level (+0.09) no longer
+# passed reward_heldout_floor, which the fifty-fourth run read at the best evaluation (+0.27). The live alerts
+# (unchanged): 2 of 27 healthy paged (s290 oversized-updates at 37, s300 at 9), 14 of the 16 collapses with a drop
+# warned before it (warm-up s159 at its drop, s161 after it).
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
