@@ -1333,6 +1333,31 @@ RUN55_NAMES = ([f"{c}-s{s}" for c, seeds in RUN55.items() for s in seeds]
 # (unchanged): 2 of 27 healthy paged (s290 oversized-updates at 37, s300 at 9), 14 of the 16 collapses with a drop
 # warned before it (warm-up s159 at its drop, s161 after it).
 
+# Fifty-sixth run (7 Dec 2026, registered here with its change frozen, before any of its runs is trained). The change,
+# chosen on the fifty-fifth run's lost late warning (lr-warmup-too-high-s161, seen now, like all 133 records on disk):
+# reward_heldout_floor reads held-out success's best evaluation again (it asks only that held-out success confirmed the
+# training reward's climb once); heldout_recent stays on the held-out leg, where held-out success alone says the run
+# learned. On every record on disk (ew54, ew54h, ew55, the 4 seen ones) the rule now warns every collapse at the step
+# the fifty-fourth run's rule did (s161 at 26 again) and, of the healthy runs, only healthy-tiny-s285 (27; it fell held
+# out after); the fifty-fourth's rule also warned s266, s281 and s290, the fifty-fifth's none but lost s161. Test on
+# s161's real series. Held out, trained after this commit and scored once: 27 healthy runs (healthy-tiny 314-337,
+# healthy-dot 247-249) and 15 collapses (lr-too-high 162-165, lr-warmup-too-high 163-167, kl-blow-up 170-172,
+# reward-hacking 169-171), 60 steps. The bar: (i) the whole doctor warns none of the 27 healthy runs by
+# precursor-oversized-updates (any other warning or critical listed and counted against the doctor's healthy row);
+# (ii) every collapse the fifty-fourth run's rule (heldout_recent 0) warns by precursor-oversized-updates, ahead of its
+# drop or after it, is warned by it now within 2 steps of the same step. Reported, not a bar: the fifty-fourth's rule
+# on the healthy runs, and the live alerts (unchanged) on all 42.
+RUN56 = {"lr-too-high": (162, 163, 164, 165), "lr-warmup-too-high": (163, 164, 165, 166, 167),
+         "kl-blow-up": (170, 171, 172), "reward-hacking": (169, 170, 171)}
+for _c, _s in RUN56.items():
+    HELDOUT_EXTRA[_c] += _s
+RUN56_HEALTHY = {"healthy-tiny": tuple(range(314, 338)), "healthy-dot": (247, 248, 249)}
+for _k, _s in RUN56_HEALTHY.items():
+    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
+    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
+RUN56_NAMES = ([f"{c}-s{s}" for c, seeds in RUN56.items() for s in seeds]
+               + [f"{k}-s{s}" for k, seeds in RUN56_HEALTHY.items() for s in seeds])
+
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
     keys = ("mode", "lr", "lr_peak", "lr_warmup_steps", "temperature", "kl_coef", "kl_clamp", "tis_cap", "max_staleness", "grader",

@@ -266,13 +266,17 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
                    # the loophole run reward-hacking-s0 (tests' data) had gained 0.13 held out when it warned at 18
                    # (heldout_gain, 0.15, would lose it: no other precursor warns it); lr-too-high-s64 moves 7 -> 9
                    "reward_heldout_floor": 0.1,
-                   # held-out success's gain (for heldout_gain and the floor) is the mean of the last 2 evaluations
-                   # after the first against the first, not the best of them (fifty-fifth run, bench/early_warning.py).
-                   # Chosen on the 86 records of the fifty-fourth run and the seen ones: the best of 6-11 noisy
-                   # evaluations passed heldout_gain on healthy-tiny s266 (+0.16 at step 10, back to -0.01 by 50, when
-                   # it warned) and s281 (+0.16; the last two +0.13); 1, 2 and 3 recent evaluations all left every
-                   # collapse's first warning where it was (they warn at 2-4 evaluations); 3 kept s281, 1 is a single
-                   # noisy draw. The live alert reads recent evaluations too (the best of its last 10 minutes)
+                   # held-out success's gain for heldout_gain (where it alone says the run learned) is the mean of the
+                   # last 2 evaluations after the first against the first, not the best of them (fifty-fifth run,
+                   # bench/early_warning.py). Chosen on the 86 records of the fifty-fourth run and the seen ones: the
+                   # best of 6-11 noisy evaluations passed heldout_gain on healthy-tiny s266 (+0.16 at step 10, back to
+                   # -0.01 by 50, when it warned) and s281 (+0.16; the last two +0.13); 1, 2 and 3 recent evaluations
+                   # all left every collapse's first warning where it was (they warn at 2-4 evaluations); 3 kept s281,
+                   # 1 is a single noisy draw. The live alert reads recent evaluations too (the best of its last 10
+                   # minutes). The floor above keeps the best evaluation (it asks only that held-out success confirmed
+                   # the reward's climb once): read at the recent level as well, the fifty-fifth run's held-out
+                   # lr-warmup-too-high-s161 lost its late warning (26, drop at 20; best +0.27, recent +0.09), the whole
+                   # doctor's only finding on that collapsed run (fifty-sixth run)
                    "heldout_recent": 2}),
     # a divergence, not a drift (2 Dec 2026, ninth run): the training reward's 5-step mean 0.3 over its first 5 steps'
     # while held-out success gained at most a third of that over its first evaluation, two evaluations running. Its

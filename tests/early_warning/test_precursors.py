@@ -747,6 +747,20 @@ def test_held_out_success_is_read_at_its_recent_level_not_its_best_evaluation(tm
     assert len(held) > recent + 1 and max(held) - held[0] > statistics.mean(held[-recent:]) - held[0]
 
 
+def test_a_collapse_whose_held_out_success_already_fell_keeps_its_late_warning(tmp_path):
+    """Fifty-fifth run's lr-warmup-too-high-s161 (real series): held-out success 0.16 -> 0.44 by step 15, then 0.23
+    at 20 (its drop) and 0.27 at 25, the training reward still +0.20 and 4 of 5 updates over the bar at step 26. The
+    floor asks held-out success to have confirmed the climb once (its best, +0.27); read at its recent level
+    (+0.09), as the fifty-fifth run did, it took the doctor's only finding on this collapsed run away."""
+    d, run = _data_record(tmp_path, "oversized_late_warm_up.json", "lr-warmup-too-high-s161")
+    (f,) = diagnose(rlobs.open_run(d), rule_ids=[OVERSIZED]).findings
+    assert f.first_step == 26 > run["drop_step"] and "training reward +0.2" in f.title
+    held = [r["heldout"] for r in run["steps"] if r.get("heldout") is not None and r["step"] <= 26]
+    th = FAILURES[OVERSIZED].thresholds
+    recent = statistics.mean(held[-th["heldout_recent"]:]) - held[0]
+    assert recent < th["reward_heldout_floor"] <= max(held) - held[0]
+
+
 @pytest.mark.parametrize("name", [n for n, r in DATA["runs"].items() if OVERSIZED in r["expect"]])
 def test_reading_held_out_success_at_its_recent_level_moves_no_collapse_warning(tmp_path, name):
     """Every real collapse run of the tests' data that the rule warns: the same first step whether held-out success

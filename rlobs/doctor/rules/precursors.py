@@ -425,10 +425,11 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     success has gained ``heldout_gain`` over its first evaluation (a training reward can hide learning); where the
     record has two or more held-out evaluations by then, the training reward's climb counts only if held-out success
     has gained ``reward_heldout_floor`` as well (a noisy reward climbs on a policy that learned nothing held out:
-    healthy-tiny-s249 warned at step 55 on +0.20 with held-out success never above its first evaluation). Held-out
-    success's gain is the mean of its last ``heldout_recent`` evaluations after the first, against the first: what
-    the policy holds now (the best evaluation so far passes for learning on a long noisy run: healthy-tiny-s266's
-    +0.16 at step 10, back under its first by step 25, warned at 50), and the
+    healthy-tiny-s249 warned at step 55 on +0.20 with held-out success never above its first evaluation: the floor
+    asks only that held-out success confirmed the climb once, its best evaluation so far). Where held-out success is
+    the only evidence of learning, its gain is the mean of its last ``heldout_recent`` evaluations after the first,
+    against the first: what the policy holds now (the best of a long noisy run's evaluations passes for learning:
+    healthy-tiny-s266's +0.16 at step 10, back under its first by step 25, warned at 50), and the
     policy is not solved (a median ``solved_zero_std`` of the same steps' groups zero-std at a median reward of
     ``solved_reward``: healthy-t07-s214 took a burst of such updates from its last unsolved groups at steps 54-58 and
     held 0.87-0.91 held out to step 100). Large steps
@@ -501,8 +502,8 @@ def oversized_updates(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
         evals = [v for s, v in held if s <= step]
         h_gain = _heldout_gain(evals, int(th.get("heldout_recent", 0)))
         by_reward = gain is not None and gain >= th["reward_gain"]
-        if by_reward and len(evals) >= 2 and h_gain < th.get("reward_heldout_floor", -math.inf):
-            by_reward = False  # held-out success is measured and has not moved: the reward's climb is not learning
+        if by_reward and len(evals) >= 2 and max(evals) - evals[0] < th.get("reward_heldout_floor", -math.inf):
+            by_reward = False  # held-out success is measured and never moved: the reward's climb is not learning
         if not (by_reward or (h_gain is not None and h_gain >= th.get("heldout_gain", math.inf))):
             continue  # nothing learned yet to lose: a policy that never learned is no-learning's business
         lr_now = dict(series(ctx, "lr")).get(step)
