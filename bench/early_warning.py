@@ -1357,6 +1357,14 @@ for _k, _s in RUN56_HEALTHY.items():
     HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
 RUN56_NAMES = ([f"{c}-s{s}" for c, seeds in RUN56.items() for s in seeds]
                + [f"{k}-s{s}" for k, seeds in RUN56_HEALTHY.items() for s in seeds])
+# Trained 12:16-12:46 UTC after the freeze (3acd12e), scored once (bench/results/early_warning_run56{,_live}.md,
+# early_warning_run56_whole_doctor.json: the whole doctor under the change and with heldout_recent 0, the fifty-fourth
+# run's rule). (i) met: the whole doctor warned none of the 27 healthy runs (nor did the fifty-fourth's rule: this
+# held-out set holds no case of the pattern either change is about, so the change is shown on the seen records, s161's
+# test and s266/s281's). (ii) met: all 15 collapses warned at the same step under both (lr 7-9, warm-up 12-14, KL 7-8
+# by oversized-updates or kl-creep, hacking 10-15 by its own rule), each ahead of its drop. Kept. The live alerts
+# (unchanged): 1 of 27 healthy paged (healthy-tiny-s322, oversized-updates at 43; the doctor quiet), 14 of 15
+# collapses warned before the drop (lr-too-high-s163 at 28, drop 25; the doctor at 9).
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
