@@ -369,6 +369,19 @@ def _register_fresh(run: dict[str, tuple[int, ...]], healthy: range, ppo2: range
             + [f"healthy-ppo2-s{s}" for s in ppo2] + [f"healthy-async-s{s}" for s in healthy_async])
 
 
+def _register(collapses: dict[str, tuple[int, ...]], healthy: dict[str, tuple[int, ...]]) -> list[str]:
+    """Add a registration's fresh seeds to the matrix (``collapses``: class -> held-out seeds; ``healthy``: a
+    HEALTHY_VARIANTS setting -> seeds) and return their run names, collapses first: the shape of the registrations
+    from the fifty-second run on, where ``_register_fresh`` is the earlier ones' (the sync, ppo2 and async seeds)."""
+    for cls, seeds in collapses.items():
+        HELDOUT_EXTRA[cls] += seeds
+    for k, seeds in healthy.items():
+        what, args, old, steps = HEALTHY_VARIANTS[k]
+        HEALTHY_VARIANTS[k] = (what, args, old + seeds, steps)
+    return ([f"{c}-s{x}" for c, xs in collapses.items() for x in xs]
+            + [f"{k}-s{x}" for k, xs in healthy.items() for x in xs])
+
+
 # Twenty-seventh run (5 Dec 2026, registered here before any of its runs was trained): the live reward-hacking alert
 # read by steps. The twenty-fifth and twenty-sixth runs showed RlobsPrecursorRewardHacking firing where the doctor's
 # rule does not: after healthy-ppo2 s102's last step (its "recent mean" over minutes was one held step) and on the
@@ -1151,16 +1164,10 @@ RUN50_NAMES = ([f"{c}-s{s}" for c, seeds in RUN50.items() for s in seeds]
 # only remove pages; a difference elsewhere is replay jitter), healthy-long-s50 at its own pace under the rules after.
 RUN52 = {"kl-blow-up": (158,), "lr-too-high": (147,), "lr-warmup-too-high": (147,), "staleness-no-is": (83,),
          "reward-hacking": (159,), "staleness-no-is-lag4": (73,)}
-for _c, _s in RUN52.items():
-    HELDOUT_EXTRA[_c] += _s
 RUN52_HEALTHY = {"healthy-long": (51, 52, 53), "healthy-dp2-completion": (244, 245), "healthy-kl": (23, 24),
                  "healthy-async-kl": (255,), "healthy-g8x2": (234,), "healthy-t07": (235,), "healthy-tiny": (231,),
                  "healthy-colocate-abort": (215,)}
-for _k, _s in RUN52_HEALTHY.items():
-    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
-    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
-RUN52_NAMES = ([f"{c}-s{s}" for c, seeds in RUN52.items() for s in seeds]
-               + [f"{k}-s{s}" for k, seeds in RUN52_HEALTHY.items() for s in seeds])
+RUN52_NAMES = _register(RUN52, RUN52_HEALTHY)
 # Scored once (bench/results/early_warning_run52_live{,_before}{,_real}.md, early_warning_run52.md,
 # early_warning_run52_whole_doctor.json). The bar's "11 fresh healthy runs" is a miscount: RUN52_HEALTHY holds 12, and
 # (i) is scored on all 12. (i) met: no page of the four guarded alerts on the 12 healthy runs at either pace (none
@@ -1197,14 +1204,8 @@ RUN52_NAMES = ([f"{c}-s{s}" for c, seeds in RUN52.items() for s in seeds]
 #       touches that alert only; one step: the replays' spread).
 # Reported, not a bar: each run's first page under both, the pooled PromQL classes with the fresh runs.
 RUN53 = {"lr-too-high": (148, 149), "lr-warmup-too-high": (148, 149, 150), "kl-blow-up": (159, 160)}
-for _c, _s in RUN53.items():
-    HELDOUT_EXTRA[_c] += _s
 RUN53_HEALTHY = {"healthy-tiny": (232, 233, 234, 235), "healthy-dp2-completion": (246,), "healthy-t07": (236,)}
-for _k, _s in RUN53_HEALTHY.items():
-    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
-    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
-RUN53_NAMES = ([f"{c}-s{s}" for c, seeds in RUN53.items() for s in seeds]
-               + [f"{k}-s{s}" for k, seeds in RUN53_HEALTHY.items() for s in seeds])
+RUN53_NAMES = _register(RUN53, RUN53_HEALTHY)
 # Change frozen at 969f4c4, after the 13 runs were trained (c985f6b registered them first) and before any was
 # replayed or judged. Scored once (bench/results/early_warning_run53_live{,_before}.md, early_warning_run53.md,
 # early_warning_run53_whole_doctor.json): (i) met: no oversized-updates page on the 6 healthy runs under the rules
@@ -1227,14 +1228,8 @@ RUN53_NAMES = ([f"{c}-s{s}" for c, seeds in RUN53.items() for s in seeds]
 # its own commit, with its held-out runs registered there before they are trained. No bar for the look itself: its
 # count of healthy warnings is reported with the 13 pooled healthy-tiny runs (1 warned).
 RUN54_TUNE = {"lr-too-high": (150, 151, 152), "lr-warmup-too-high": (151, 152, 153)}
-for _c, _s in RUN54_TUNE.items():
-    HELDOUT_EXTRA[_c] += _s
 RUN54_TUNE_HEALTHY = {"healthy-tiny": tuple(range(237, 252))}
-for _k, _s in RUN54_TUNE_HEALTHY.items():
-    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
-    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
-RUN54_TUNE_NAMES = ([f"{c}-s{s}" for c, seeds in RUN54_TUNE.items() for s in seeds]
-                    + [f"{k}-s{s}" for k, seeds in RUN54_TUNE_HEALTHY.items() for s in seeds])
+RUN54_TUNE_NAMES = _register(RUN54_TUNE, RUN54_TUNE_HEALTHY)
 # Tune look, first batch (whole doctor, /work/records/ew54): healthy-tiny-s249 warned by precursor-oversized-updates at
 # 55 (4 of steps 51-55 over 0.015, median 0.022; its entropy, which swings 0.2-1.0 step to step, at a 40 % median; the
 # training reward +0.20 over its first 5 steps; held-out flat, 0.37 at the first evaluation and never above it); the
@@ -1243,14 +1238,8 @@ RUN54_TUNE_NAMES = ([f"{c}-s{s}" for c, seeds in RUN54_TUNE.items() for s in see
 # noisy warning: 8 more healthy-tiny seeds (252-259), 3 of the tiny-dot warm start (healthy-dot 237-239), and the
 # other classes the rule warns on (kl-blow-up 161-162, reward-hacking 160-161, where it annotates a grader loophole).
 RUN54_TUNE2 = {"kl-blow-up": (161, 162), "reward-hacking": (160, 161)}
-for _c, _s in RUN54_TUNE2.items():
-    HELDOUT_EXTRA[_c] += _s
 RUN54_TUNE2_HEALTHY = {"healthy-tiny": tuple(range(252, 260)), "healthy-dot": (237, 238, 239)}
-for _k, _s in RUN54_TUNE2_HEALTHY.items():
-    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
-    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
-RUN54_TUNE2_NAMES = ([f"{c}-s{s}" for c, seeds in RUN54_TUNE2.items() for s in seeds]
-                     + [f"{k}-s{s}" for k, seeds in RUN54_TUNE2_HEALTHY.items() for s in seeds])
+RUN54_TUNE2_NAMES = _register(RUN54_TUNE2, RUN54_TUNE2_HEALTHY)
 # Second batch looked at (15 runs): no warning on the 8 healthy-tiny or 3 tiny-dot runs; kl-blow-up warned at 7 and 9
 # (oversized-updates, KL creep at 8-9); reward-hacking at 10 (its own rule; oversized quiet). The change, chosen on the
 # 23 healthy-tiny and 10 collapse records of the look, the 2 seen ones trained again and the tests' data: once a record
@@ -1270,14 +1259,8 @@ RUN54_TUNE2_NAMES = ([f"{c}-s{s}" for c, seeds in RUN54_TUNE2.items() for s in s
 # loosened rule's near-misses with and without the floor.
 RUN54 = {"lr-too-high": (153, 154, 155, 156), "lr-warmup-too-high": (154, 155, 156, 157),
          "kl-blow-up": (163, 164, 165), "reward-hacking": (162, 163, 164)}
-for _c, _s in RUN54.items():
-    HELDOUT_EXTRA[_c] += _s
 RUN54_HEALTHY = {"healthy-tiny": tuple(range(260, 290)), "healthy-dot": (240, 241, 242, 243)}
-for _k, _s in RUN54_HEALTHY.items():
-    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
-    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
-RUN54_NAMES = ([f"{c}-s{s}" for c, seeds in RUN54.items() for s in seeds]
-               + [f"{k}-s{s}" for k, seeds in RUN54_HEALTHY.items() for s in seeds])
+RUN54_NAMES = _register(RUN54, RUN54_HEALTHY)
 # Trained 08:55-09:27 UTC after the freeze (32d966f), scored once (bench/results/early_warning_run54{,_live}.md,
 # early_warning_run54_whole_doctor.json: the whole doctor under the floor and with it off, the rule before).
 # (i) not met: the whole doctor warned 3 of the 34 healthy runs by precursor-oversized-updates (healthy-tiny s266 at
@@ -1314,14 +1297,8 @@ RUN54_NAMES = ([f"{c}-s{s}" for c, seeds in RUN54.items() for s in seeds]
 # live alerts (unchanged) on all 45.
 RUN55 = {"lr-too-high": (157, 158, 159, 160, 161), "lr-warmup-too-high": (158, 159, 160, 161, 162),
          "kl-blow-up": (166, 167, 168, 169), "reward-hacking": (165, 166, 167, 168)}
-for _c, _s in RUN55.items():
-    HELDOUT_EXTRA[_c] += _s
 RUN55_HEALTHY = {"healthy-tiny": tuple(range(290, 314)), "healthy-dot": (244, 245, 246)}
-for _k, _s in RUN55_HEALTHY.items():
-    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
-    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
-RUN55_NAMES = ([f"{c}-s{s}" for c, seeds in RUN55.items() for s in seeds]
-               + [f"{k}-s{s}" for k, seeds in RUN55_HEALTHY.items() for s in seeds])
+RUN55_NAMES = _register(RUN55, RUN55_HEALTHY)
 # Trained 11:30-12:00 UTC after the freeze (24f2c04), scored once (bench/results/early_warning_run55{,_live}.md,
 # early_warning_run55_whole_doctor.json: the whole doctor under the change and with heldout_recent 0, the rule before).
 # (i) met: the whole doctor warned none of the 27 healthy runs (the rule before: healthy-tiny-s290 at 37, on held-out
@@ -1349,14 +1326,8 @@ RUN55_NAMES = ([f"{c}-s{s}" for c, seeds in RUN55.items() for s in seeds]
 # on the healthy runs, and the live alerts (unchanged) on all 42.
 RUN56 = {"lr-too-high": (162, 163, 164, 165), "lr-warmup-too-high": (163, 164, 165, 166, 167),
          "kl-blow-up": (170, 171, 172), "reward-hacking": (169, 170, 171)}
-for _c, _s in RUN56.items():
-    HELDOUT_EXTRA[_c] += _s
 RUN56_HEALTHY = {"healthy-tiny": tuple(range(314, 338)), "healthy-dot": (247, 248, 249)}
-for _k, _s in RUN56_HEALTHY.items():
-    _what, _args, _seeds, _steps = HEALTHY_VARIANTS[_k]
-    HEALTHY_VARIANTS[_k] = (_what, _args, _seeds + _s, _steps)
-RUN56_NAMES = ([f"{c}-s{s}" for c, seeds in RUN56.items() for s in seeds]
-               + [f"{k}-s{s}" for k, seeds in RUN56_HEALTHY.items() for s in seeds])
+RUN56_NAMES = _register(RUN56, RUN56_HEALTHY)
 # Trained 12:16-12:46 UTC after the freeze (3acd12e), scored once (bench/results/early_warning_run56{,_live}.md,
 # early_warning_run56_whole_doctor.json: the whole doctor under the change and with heldout_recent 0, the fifty-fourth
 # run's rule). (i) met: the whole doctor warned none of the 27 healthy runs (nor did the fifty-fourth's rule: this
