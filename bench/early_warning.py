@@ -1337,6 +1337,35 @@ RUN56_NAMES = _register(RUN56, RUN56_HEALTHY)
 # (unchanged): 1 of 27 healthy paged (healthy-tiny-s322, oversized-updates at 43; the doctor quiet), 14 of 15
 # collapses warned before the drop (lr-too-high-s163 at 28, drop 25; the doctor at 9).
 
+# Fifty-seventh run (7 Dec 2026, registered here before any of its runs is trained; its change is frozen in a later
+# commit before any of them is replayed). The change is to the live alert only (RlobsPrecursorOversizedUpdates; the
+# doctor's rule is unchanged): its after-learning leg reads what the doctor's rule reads, through three exporter
+# gauges (the alert cannot index a series by step or by evaluation): the entropy share against the median of the run's
+# first 5 steps (rlobs_policy_entropy_baseline, the doctor's e0; the alert read the highest reading of the hour
+# before, which a noisy `tiny` entropy sets high), the training reward's climb only where held-out success has gained
+# reward_heldout_floor at its best evaluation after the first (rlobs_heldout_success_best; the alert had no floor),
+# and the held-out leg on the mean of the last heldout_recent evaluations after the first
+# (rlobs_heldout_success_recent; the alert read the best of the last 10 minutes). Chosen on the 175 records on disk
+# (ew54, ew54h, ew55, ew56, seen; all seen) with a per-step emulation of the alert (it matched the real replays' first
+# step within one on 122 of the 135 scored runs; the rest differ on the first-steps leg, which is not changed): the
+# healthy runs it paged, 10 of 116 before, 4 after (s285, which the doctor warns too, and three first-steps-leg
+# emulation artefacts the real replay never paged); s263, s277, s290, s300, s322, s328 quiet (s300 at 8: reward +0.15
+# with held-out success never over its first evaluation; s290 at 37: held-out success's best of the last 10 minutes
+# +0.18, the mean of its last two +0.149; s322 at 43: entropy 0.59 of the hour before's highest reading, 1.7x its first
+# steps').
+# Every collapse the emulated alert warned ahead of its drop (45 of 56) stays ahead of it, 8 of them 1-2 steps later.
+# Held out, trained after this commit and replayed once after the freeze: 24 healthy runs (healthy-tiny 338-361) and
+# 12 collapses (lr-too-high 166-169, lr-warmup-too-high 168-171, kl-blow-up 173-174, reward-hacking 172-173), 60
+# steps, each replayed live under the alerts before the change and after it. The bar: (i) after the change
+# RlobsPrecursorOversizedUpdates pages none of the 24 healthy runs (any other precursor alert listed and counted
+# against the live healthy row); (ii) every collapse the alert before the change warned ahead of its drop is warned
+# ahead of it after, no first warning more than 2 steps later. Reported, not a bar: the alerts before the change on
+# the healthy runs, and the doctor (unchanged) on all 36.
+RUN57 = {"lr-too-high": (166, 167, 168, 169), "lr-warmup-too-high": (168, 169, 170, 171),
+         "kl-blow-up": (173, 174), "reward-hacking": (172, 173)}
+RUN57_HEALTHY = {"healthy-tiny": tuple(range(338, 362))}
+RUN57_NAMES = _register(RUN57, RUN57_HEALTHY)
+
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
     keys = ("mode", "lr", "lr_peak", "lr_warmup_steps", "temperature", "kl_coef", "kl_clamp", "tis_cap", "max_staleness", "grader",
