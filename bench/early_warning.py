@@ -1365,6 +1365,15 @@ RUN57 = {"lr-too-high": (166, 167, 168, 169), "lr-warmup-too-high": (168, 169, 1
          "kl-blow-up": (173, 174), "reward-hacking": (172, 173)}
 RUN57_HEALTHY = {"healthy-tiny": tuple(range(338, 362))}
 RUN57_NAMES = _register(RUN57, RUN57_HEALTHY)
+# Added at the freeze, after the 36 runs were trained and before any is replayed: the tests' live replay of the
+# recorded collapses (tests/early_warning/data/collapse_runs.json) under the change lost reward-hacking-s0's
+# oversized-updates page (15 before, drop 35; the emulation put it at 18, where the doctor warns): read against its
+# first steps' median the pattern holds one step, which the 5 s windows missed, and only RlobsPrecursorRewardHacking
+# paged, at 39. So a second variant is replayed on the same runs, decided now: B, the change without its entropy
+# piece (the entropy against the hour before's highest reading as before; the held-out floor and the recent held-out
+# level kept; emulated on the records on disk: 10 -> 6 healthy pages of 116, s322 and s263 staying). Kept: A (the
+# change as registered) if it meets both bars; else B if it meets both; else neither (the alert stays as it was).
+# Both replays are reported with the alert before the change.
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}

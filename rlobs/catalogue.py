@@ -39,6 +39,7 @@ UNIT_SUFFIX = {
     "versions": "_versions",
     "1": "",
 }
+RUNNING = ("", "max", "mean")  # Source.running: none, the best so far, the mean of the last few
 OPS_BY_TYPE = {"counter": ("count", "sum"), "gauge": ("set",), "histogram": ("observe",)}
 DEFAULT_BUCKETS = {
     "seconds": (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0),
@@ -55,6 +56,9 @@ AUDIT_SCALARS = ("rlobs/grader_audit_gap", "grader_audit_gap")
 # the steps rlobs_reward_baseline takes the median of: precursor-oversized-updates' `baseline` (rlobs.failures; a
 # test holds them equal)
 REWARD_BASELINE_STEPS = 5
+# the held-out evaluations after the first whose mean rlobs_heldout_success_recent serves: precursor-oversized-updates'
+# `heldout_recent` (a test holds them equal)
+HELDOUT_RECENT = 2
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +79,13 @@ class Source:
     # series until then (the doctor's rules compare with a run's first steps; a live alert can read them only if
     # the exporter keeps them). Per process: a process restarted from a checkpoint takes its own first values
     first: int = 0
+    # "set": a running reading of the finite values after the first ``skip`` each label set receives, and no series
+    # before one: "max", the best of them so far; "mean", the mean of the last ``last`` of them. What a live alert
+    # reads of a series it cannot index by evaluation (held-out success's best and recent level after its first
+    # evaluation, as the doctor's precursor-oversized-updates reads them). Per process, as ``first``
+    running: str = ""
+    skip: int = 0
+    last: int = 0
 
     def matches(self, fields: Mapping[str, Any]) -> bool:
         """Whether an event's fields pass ``where`` (a tuple value: any of them)."""
@@ -142,6 +153,13 @@ class MetricSpec:
             raise ValueError(f"metric {n!r}: source labels {sorted(s.labels)} != labels {sorted(self.labels)}")
         if s.first and (s.op != "set" or s.first < 0):
             raise ValueError(f"metric {n!r}: first={s.first} keeps a baseline of a 'set' source's first values only")
+        if s.running not in RUNNING:
+            raise ValueError(f"metric {n!r}: running={s.running!r} unknown; valid: {', '.join(map(repr, RUNNING))}")
+        if s.running and (s.op != "set" or s.first):
+            raise ValueError(f"metric {n!r}: running={s.running!r} reads a 'set' source's values, not a baseline's")
+        if (s.skip or s.last) and not s.running or s.skip < 0 or (s.running == "mean") != (s.last > 0):
+            raise ValueError(f"metric {n!r}: skip={s.skip} last={s.last}: skip is for a running reading, and last "
+                             "(>= 1) for its 'mean' only")
         for k, v in s.where.items():
             if isinstance(v, tuple) and not v:
                 raise ValueError(f"metric {n!r}: where {k!r} is an empty tuple (any of nothing): no event would "
@@ -366,6 +384,21 @@ METRICS: tuple[MetricSpec, ...] = (
        "Held-out success of this process's first evaluation (set once; scalar rlobs/heldout_success, or trainer_ref's "
        "eval_reward_mean).", (),
        S("scalar", "set", "value", where={"name": HELDOUT_SCALARS}, finite_only=True, first=1)),
+    # ... and what RlobsPrecursorOversizedUpdates reads of the run's evaluations since, as the doctor's rule does (the
+    # fifty-seventh early-warning run): the entropy's early level, held-out success's best evaluation after the first
+    # (the training reward's climb counts only where held-out success confirmed it once) and its recent level
+    _m("rlobs_policy_entropy_baseline", "gauge", "1",
+       f"Median policy entropy of this process's first {REWARD_BASELINE_STEPS} steps (set once): the level a live "
+       "alert reads 'the policy sharpened' from.", (),
+       S("train_step", "set", "entropy", finite_only=True, first=REWARD_BASELINE_STEPS)),
+    _m("rlobs_heldout_success_best", "gauge", "1",
+       "Best held-out success of this process's evaluations after its first (absent until a second evaluation).", (),
+       S("scalar", "set", "value", where={"name": HELDOUT_SCALARS}, finite_only=True, running="max", skip=1)),
+    _m("rlobs_heldout_success_recent", "gauge", "1",
+       f"Mean held-out success of this process's last {HELDOUT_RECENT} evaluations after its first (absent until a "
+       "second evaluation): what the policy holds now, where one evaluation is a noisy draw.", (),
+       S("scalar", "set", "value", where={"name": HELDOUT_SCALARS}, finite_only=True, running="mean", skip=1,
+         last=HELDOUT_RECENT)),
     _m("rlobs_grader_audit_gap", "gauge", "1",
        "The training reward's excess over an audit grader (an exact check) on the same training samples, last "
        "graded batch (scalar rlobs/grader_audit_gap, or trainer_ref's grader_audit_gap): a shaped reward's partial credit shrinks as the "

@@ -722,6 +722,27 @@ def _reward_under(recent: str, level: float) -> str:
     return f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} < {level:g})"
 
 
+def oversized_learned(recent: str, o: Mapping[str, float]) -> tuple[str, str]:
+    """RlobsPrecursorOversizedUpdates' "the run has learned" legs (``o``: its thresholds): the training reward's mean
+    over the ``recent`` window ``reward_gain`` over its early level (the exporter's rlobs_reward_baseline), and
+    held-out success ``heldout_gain`` over its first evaluation. Since the fifty-seventh early-warning run as the
+    doctor reads held-out success, through exporter gauges (the alert cannot index a series by evaluation): the
+    training reward's climb counts only where held-out success, once evaluated twice, has gained
+    ``reward_heldout_floor`` at its best evaluation after the first (healthy-tiny-s300 paged at 8 on a reward +0.15
+    with held-out success never over its first evaluation), and held-out success's own gain is the mean of its last
+    ``heldout_recent`` evaluations after the first (s290 paged at 37 on the best of its last 10 minutes, +0.18; the
+    mean of its last two +0.149). Held-out success comes from the driver: matched on the run."""
+    flat = (f"({agg('max', series('rlobs_heldout_success_best', ALERT), (GROUP[0],))} - "
+            f"{agg('max', series('rlobs_heldout_success_baseline', ALERT), (GROUP[0],))} < "
+            f"{o['reward_heldout_floor']:g})")
+    reward = (f"(({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} >= "
+              f"{agg('max', series('rlobs_reward_baseline', ALERT), GROUP)} + {o['reward_gain']:g})"
+              f" unless on ({GROUP[0]}) {flat})")
+    heldout = (f"({agg('max', series('rlobs_heldout_success_recent', ALERT), GROUP)} >= "
+               f"{agg('max', series('rlobs_heldout_success_baseline', ALERT), GROUP)} + {o['heldout_gain']:g})")
+    return reward, heldout
+
+
 def reward_hacking_heldout(recent: str, history: str, h: Mapping[str, float], readings: int = 2) -> str:
     """The reward-hacking alert's held-out leg: the training reward's mean over the ``recent`` window above its early
     level (the low decile of the ``history`` window before) by ``reward_gain``, and the last held-out evaluation
@@ -787,8 +808,11 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     on_run = f" and on ({GROUP[0]}) "  # held-out evaluations come from the driver, not the trainer component
     oversized = (f"({_over_time('quantile_over_time', 'rlobs_policy_update_kl', recent, q=1 - o['min_steps'] / o['window'])}"
                  f" > {o['kl_above']:g}){on}"
+                 # the entropy against its early level, the median of the run's first steps (the doctor's e0; until
+                 # the fifty-seventh early-warning run the highest reading of the hour before, which a noisy entropy
+                 # sets high: healthy-tiny-s322 paged at 43 on 0.59 of it, 1.7x its first steps' level)
                  f"({_median_now('rlobs_policy_entropy', recent)} < {o['entropy_share_below']:g} * "
-                 f"{_over_time('max_over_time', 'rlobs_policy_entropy', history, recent)})"
+                 f"{agg('max', series('rlobs_policy_entropy_baseline', ALERT), GROUP)})"
                  # the quantile weighs scrapes, not updates: a gauge holds its last value when the trainer
                  # stops or stalls, and one large last update would fill the window. The window must hold
                  # min_steps updates (min_steps - 1 changes of the gauge), as the doctor's rule counts steps
@@ -826,10 +850,7 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     # (rlobs_heldout_success_baseline); both served by the exporter, set once. Until the fifty-third early-warning run
     # the early levels were the hour before's low decile and lowest evaluation, where a noisy reward, or a held-out dip
     # and recovery, read as learning (healthy-tiny s228 and s231 paged, held-out success flat)
-    reward_climbed = (f"({_over_time('avg_over_time', 'rlobs_reward_mean', recent)} >= "
-                      f"{agg('max', series('rlobs_reward_baseline', ALERT), GROUP)} + {o['reward_gain']:g})")
-    heldout_climbed = (f"({_over_time('max_over_time', 'rlobs_heldout_success', recent)} >= "
-                       f"{agg('max', series('rlobs_heldout_success_baseline', ALERT), GROUP)} + {o['heldout_gain']:g})")
+    reward_climbed, heldout_climbed = oversized_learned(recent, o)
     hacking = reward_hacking_heldout(recent, history, h)
     # the audit leg: the training reward's excess over an exact check on the same samples (the driver's gauge), its
     # mean over the recent window over audit_above and audit_gain above its low decile in the hour before
@@ -976,9 +997,10 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
             "The optimiser steps of {{ $labels.component }} (run {{ $labels.run }}) move the policy {{ $value | "
             f"humanize }}}} nats per token or more in {o['min_steps'] / o['window']:.0%} of the last {recent} (over "
             f"{o['kl_above']:g}) while its entropy "
-            f"is under {o['entropy_share_below']:.0%} of its level in the {history} before and the training reward has "
-            f"climbed by {o['reward_gain']:g}+ over its first {o['baseline']:g} steps (or held-out success by "
-            f"{o['heldout_gain']:g}+ over the first evaluation), or over "
+            f"is under {o['entropy_share_below']:.0%} of its first {o['baseline']:g} steps' level and the training reward "
+            f"has climbed by {o['reward_gain']:g}+ over theirs (held-out success, once evaluated twice, at least "
+            f"{o['reward_heldout_floor']:g} over its first evaluation at its best; or held-out success's last "
+            f"{o['heldout_recent']:g} evaluations {o['heldout_gain']:g}+ over the first), or over "
             f"{o['early_kl_above']:g} in {o['early_min_steps'] / o['early_window']:.0%} of its updates (or their median "
             f"over {o['early_median_above']:g}) within its first "
             f"{o['early_steps']:g} steps (before anything was learned, and not only Adam's first few steps: the "
@@ -992,7 +1014,8 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
             "learning rate or the warm-up peak; resume from a checkpoint before the warning.",
             PromtoolCase((("rlobs_policy_update_kl", {}, "0.001+0.0000001x70 0.1+0.0000001x20"),
                           ("rlobs_policy_entropy", {}, "1x70 0.5x20"),
-                          ("rlobs_reward_mean", {}, "0.2x70 0.5x20"), ("rlobs_reward_baseline", {}, "0.2x90")),
+                          ("rlobs_reward_mean", {}, "0.2x70 0.5x20"), ("rlobs_reward_baseline", {}, "0.2x90"),
+                          ("rlobs_policy_entropy_baseline", {}, "1x90")),
                          "100m", not_yet_min=70, firing_min=88)),
         AlertRule(
             "precursor-reward-hacking", "warning", stepping(f"({hacking}) or ({audit})"),

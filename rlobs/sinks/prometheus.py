@@ -72,7 +72,8 @@ class _Route:
     """Feeds one metric from one event kind."""
 
     __slots__ = ("spec", "metric", "op", "value_field", "value_index", "label_fields", "where", "scale",
-                 "children", "base", "overflowed", "finite_only", "absent_until_set", "first", "firsts")
+                 "children", "base", "overflowed", "finite_only", "absent_until_set", "first", "firsts", "running",
+                 "skip", "last", "runs")
 
     def __init__(self, spec: MetricSpec, metric: Any, base: tuple[str, str]):
         src = spec.source
@@ -89,6 +90,8 @@ class _Route:
         self.absent_until_set = src.absent_until_set
         self.first = src.first
         self.firsts: dict[tuple[str, ...], list[float]] = {}  # a baseline's first values, until it is set
+        self.running, self.skip, self.last = src.running, src.skip, src.last
+        self.runs: dict[tuple[str, ...], tuple[int, list[float]]] = {}  # a running reading's values seen, and kept
         self.children: dict[tuple[str, ...], Any] = {}
         self.base = base
         self.overflowed = 0
@@ -106,6 +109,9 @@ class _Route:
             key = ()
         if self.first:
             self._baseline(key, event, fields)
+            return
+        if self.running:
+            self._running(key, event, fields)
             return
         child = self.children.get(key)
         if child is None:
@@ -154,6 +160,25 @@ class _Route:
             child.set(statistics.median(seen))
             self.children[key] = child
             del self.firsts[key]
+
+
+    def _running(self, key: tuple[str, ...], event: tuple, fields: Mapping[str, Any]) -> None:
+        """A ``running`` source: past the label set's first ``skip`` finite values, set the gauge to the best of
+        them so far ("max") or the mean of the last ``last`` ("mean"); no series before."""
+        if key not in self.runs and len(self.runs) >= MAX_SERIES_PER_METRIC:
+            return
+        value = event[self.value_index] if self.value_index else fields.get(self.value_field)
+        if value is None or not math.isfinite(value := float(value) * self.scale):
+            return
+        seen, kept = self.runs.setdefault(key, (0, []))
+        self.runs[key] = (seen + 1, kept)
+        if seen < self.skip:
+            return
+        kept[:] = [max([*kept, value])] if self.running == "max" else [*kept, value][-self.last:]
+        child = self.children.get(key)
+        if child is None:
+            child = self.children[key] = self.metric.labels(*self.base, *key)
+        child.set(kept[0] if self.running == "max" else sum(kept) / len(kept))
 
 
 def _build_labels() -> tuple[str, str, str]:

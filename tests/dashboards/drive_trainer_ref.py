@@ -38,7 +38,11 @@ def main() -> int:
     from trainer_ref.run import train
 
     cfg = Config(mode="separate_async", steps=a.steps, run_dir=a.run_dir, seed=a.seed, prometheus=True,
-                 progress=False, fault=a.fault, fault_onset=a.onset, eval_prompts=8)
+                 progress=False, fault=a.fault, fault_onset=a.onset, eval_prompts=8,
+                 # held-out evaluations at steps 4 and 8 too, not only at the start and end: the run is held at its
+                 # last step, and the gauges of the evaluations after the first (rlobs_heldout_success_best,
+                 # _recent) need one before it
+                 eval_every=4)
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gb))
 
     def hold(out: dict) -> None:

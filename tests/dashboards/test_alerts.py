@@ -246,11 +246,12 @@ def _oversized_series(steps: list[dict], over: dict[str, list[float]] | None = N
     """A real run's per-step signals as the oversized-updates alert reads them, at a step every 2 minutes scraped
     ``per`` times each (run r1; ``over``: per-step overrides of a signal). With them the exporter's baselines, as
     the Prometheus sink serves them (tested in tests/rlobs/test_prometheus_sink.py): the median reward of the first
-    REWARD_BASELINE_STEPS steps from the step that completes them, and the first held-out reading from its step;
-    absent before ("_")."""
+    REWARD_BASELINE_STEPS steps from the step that completes them (the entropy's likewise), the first held-out reading
+    from its step, and from the second evaluation on the best of the evaluations after the first and the mean of the
+    last HELDOUT_RECENT of them; absent before ("_")."""
     import statistics
 
-    from rlobs.catalogue import REWARD_BASELINE_STEPS
+    from rlobs.catalogue import HELDOUT_RECENT, REWARD_BASELINE_STEPS
 
     over = over or {}
 
@@ -260,13 +261,19 @@ def _oversized_series(steps: list[dict], over: dict[str, list[float]] | None = N
     def vals(xs: list[float | None]) -> str:
         return " ".join(" ".join(["_" if x is None else f"{x:.9g}"] * per) for x in xs)
 
-    held, last = [], None
-    for r in steps:  # the driver's gauge holds its last evaluation
+    held, best, recent, last, evals = [], [], [], None, []
+    for r in steps:  # the driver's gauges hold their last evaluation
+        if r.get("heldout") is not None:
+            evals.append(r["heldout"])
         last = r.get("heldout", last)
         held.append(last)
+        after = evals[1:]
+        best.append(max(after) if after else None)
+        recent.append(statistics.mean(after[-HELDOUT_RECENT:]) if after else None)
     col = {k: over.get(k) or [x[k] for x in steps] for k in ("policy_kl", "entropy", "reward", "grad_norm")}
     n = REWARD_BASELINE_STEPS
     base = statistics.median(col["reward"][:n])
+    ent_base = statistics.median(col["entropy"][:n])
     first_held = next(h for h in held if h is not None)
     series = [{"series": sel("rlobs_policy_update_kl"), "values": vals(col["policy_kl"])},
               {"series": sel("rlobs_policy_entropy"), "values": vals(col["entropy"])},
@@ -277,6 +284,10 @@ def _oversized_series(steps: list[dict], over: dict[str, list[float]] | None = N
               {"series": sel("rlobs_heldout_success", component="orchestrator"), "values": vals(held)},
               {"series": sel("rlobs_heldout_success_baseline", component="orchestrator"),
                "values": vals([None if h is None else first_held for h in held])},
+              {"series": sel("rlobs_heldout_success_best", component="orchestrator"), "values": vals(best)},
+              {"series": sel("rlobs_heldout_success_recent", component="orchestrator"), "values": vals(recent)},
+              {"series": sel("rlobs_policy_entropy_baseline"),
+               "values": vals([None] * (n - 1) + [ent_base] * (len(steps) - n + 1))},
               {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": _stamps(len(steps), per)},
               {"series": sel("up"), "values": vals([1] * len(steps))}]
     if "zero_std" in steps[0]:
@@ -327,16 +338,21 @@ def test_oversized_updates_alert_is_quiet_on_a_solved_task_whose_steps_have_no_g
     solves its task by step 5, every group all correct from then on (grad norm 0). Its updates of steps 1-4 were
     over the bar, its entropy fell and held-out success climbed 0.59 -> 0.98: the guarded leg's pattern at step 5,
     the one step the doctor warned at before it judged only steps with a gradient. Replayed, quiet throughout. The
-    same series with a gradient at every step and no zero-std groups fires at 11 minutes (step 5): the gates are
-    what keep it quiet."""
+    same series with a gradient at every step (each moving the policy 0.019 nats per token, as steps 1-4 did) and no
+    zero-std groups fires from 12 minutes (step 5 and the alert's `for`) to step 9: the gates are what keep it quiet.
+    (Until the fifty-seventh early-warning run the gradient alone fired it, at 11 minutes: the entropy was read
+    against the hour before's highest reading; against the median of its first 5 steps, as the doctor reads it, the
+    pattern holds from step 5, and step 5's update of 3e-5 nats ended it before the `for`.)"""
     steps = _real_run("smollm2_solved.json", "smollm2-main-s0")
     assert [x["grad_norm"] for x in steps][5:7] == [0.0, 0.0]
-    _oversized_replay(tmp_path, steps, "19.48m", [  # the 20th percentile of steps 1-5
+    grad = [x["grad_norm"] or 1.0 for x in steps]
+    moved = [x["policy_kl"] if x["grad_norm"] else 0.0194765 for x in steps]  # steps 1-5's 20th percentile
+    _oversized_replay(tmp_path, steps, "19.48m", [
         ("solved as recorded: step 5 had no gradient", {}, set()),
         ("a gradient at every step: most groups all correct at a high reward (solved)",
-         {"grad_norm": [x["grad_norm"] or 1.0 for x in steps]}, set()),
+         {"grad_norm": grad, "policy_kl": moved}, set()),
         ("a gradient at every step, no group solved",
-         {"grad_norm": [x["grad_norm"] or 1.0 for x in steps], "zero_std": [0.0] * len(steps)}, {660, 690})])
+         {"grad_norm": grad, "policy_kl": moved, "zero_std": [0.0] * len(steps)}, set(range(720, 1200, 30)))])
 
 
 def test_oversized_updates_alert_is_quiet_on_a_solved_policys_update_burst(tmp_path):
@@ -889,12 +905,7 @@ def test_oversized_updates_reads_learning_from_the_runs_start_not_the_hour_befor
     now, hist = a.PRECURSOR_WINDOWS["recent"], a.PRECURSOR_WINDOWS["history"]
     reward, held = (a._over_time("avg_over_time", "rlobs_reward_mean", now),
                     a._over_time("max_over_time", "rlobs_heldout_success", now))
-
-    def base(name: str) -> str:
-        return a.agg("max", a.series(name, a.ALERT), a.GROUP)
-
-    committed = (f"({reward} >= {base('rlobs_reward_baseline')} + {o['reward_gain']:g})",
-                 f"({held} >= {base('rlobs_heldout_success_baseline')} + {o['heldout_gain']:g})")
+    committed = a.oversized_learned(now, o)
     hour_before = (f"({reward} >= {a._over_time('quantile_over_time', 'rlobs_reward_mean', hist, now, q=0.1)} + "
                    f"{o['reward_gain']:g})",
                    f"({held} >= {a._over_time('min_over_time', 'rlobs_heldout_success', hist, now)} + "
@@ -904,3 +915,49 @@ def test_oversized_updates_reads_learning_from_the_runs_start_not_the_hour_befor
     firing = {6780, 6810}  # step 56 (a step is 120 s), pending a `for` (1 minute) before
     _quiet_where_variant_pages(tmp_path, "healthy-tiny-s231", r, "HourBefore", variant, _oversized_series(steps),
                                range(60, 30 * 4 * len(steps), 30), firing)
+
+
+def test_oversized_updates_reads_entropy_and_held_out_success_as_the_doctor_does(tmp_path):
+    """Three real healthy `tiny` runs the live replay paged by RlobsPrecursorOversizedUpdates where the doctor was
+    quiet (tests/early_warning/data/oversized_live_tiny.json; none fell after), at a step every 2 minutes into a real
+    promtool. The rule of the fifty-sixth early-warning run (entropy against the hour before's highest reading, the
+    training reward's climb with no held-out floor, held-out success's best of the last 10 minutes) pages each:
+    s300 at step 9, s290 at 38, s322 at 44. The committed rule reads them as the doctor's rule does (the exporter's
+    rlobs_policy_entropy_baseline, rlobs_heldout_success_best and _recent) and is quiet on all three; each change
+    alone is what quiets its run: the held-out floor s300's (training reward +0.15, held-out success never over its
+    first evaluation), the recent held-out level s290's (+0.18 at its best, +0.149 over its last two), the entropy's
+    early level s322's (0.59 of the hour before's highest, 1.7x its first 5 steps' median)."""
+    import json
+
+    from rlobs.failures import thresholds
+
+    runs = json.loads((Path(__file__).resolve().parents[1] / "early_warning" / "data"
+                       / "oversized_live_tiny.json").read_text())["runs"]
+    r = a.rule("precursor-oversized-updates")
+    o = thresholds(r.id)
+    now, hist = a.PRECURSOR_WINDOWS["recent"], a.PRECURSOR_WINDOWS["history"]
+
+    def base(name: str) -> str:
+        return a.agg("max", a.series(name, a.ALERT), a.GROUP)
+
+    reward, held = a.oversized_learned(now, o)
+    entropy = base("rlobs_policy_entropy_baseline")
+    assert (r.expr.count(entropy), r.expr.count(reward), r.expr.count(held)) == (2, 1, 1)  # entropy: in both legs
+    entropy_before = a._over_time("max_over_time", "rlobs_policy_entropy", hist, now)
+    reward_before = (f"({a._over_time('avg_over_time', 'rlobs_reward_mean', now)} >= "
+                     f"{base('rlobs_reward_baseline')} + {o['reward_gain']:g})")
+    held_before = (f"({a._over_time('max_over_time', 'rlobs_heldout_success', now)} >= "
+                   f"{base('rlobs_heldout_success_baseline')} + {o['heldout_gain']:g})")
+    before = r.expr.replace(entropy, entropy_before).replace(reward, reward_before).replace(held, held_before)
+    floor_alone = r.expr.replace(entropy, entropy_before).replace(held, held_before)
+    cases = [  # run, variant, its expression, the evaluation seconds it fires at (a step is 120 s; `for` 1 minute)
+        ("healthy-tiny-s300", "FiftySixth", before, {1140, 1170}),
+        ("healthy-tiny-s300", "FloorAlone", floor_alone, set()),
+        ("healthy-tiny-s290", "FiftySixth", before, {4620, 4650}),
+        ("healthy-tiny-s290", "BestOfTheWindow", r.expr.replace(held, held_before), {4620, 4650}),
+        ("healthy-tiny-s322", "FiftySixth", before, set(range(5340, 6000, 30))),
+        ("healthy-tiny-s322", "HourBeforesEntropy", r.expr.replace(entropy, entropy_before), {5340, 5370})]
+    for run, name, expr, firing in cases:
+        steps = runs[run]["steps"]
+        _quiet_where_variant_pages(tmp_path, run, r, name, expr, _oversized_series(steps),
+                                   range(60, 30 * 4 * len(steps), 30), firing)

@@ -150,6 +150,54 @@ def test_the_baselines_are_the_first_values_set_once_and_absent_before(prom_rec)
                         "rlobs_reward_mean": 0.99}
 
 
+def test_held_out_best_and_recent_level_are_read_after_the_first_evaluation(prom_rec):
+    """rlobs_heldout_success_best and rlobs_heldout_success_recent (what RlobsPrecursorOversizedUpdates reads of
+    held-out success, as the doctor's rule does) are absent until a second evaluation, then the best of the
+    evaluations after the first and the mean of the last HELDOUT_RECENT of them; a NaN is no evaluation, either of
+    held-out success's names counts. rlobs_policy_entropy_baseline is the median entropy of the first 5 steps."""
+    from rlobs.catalogue import HELDOUT_RECENT
+    from rlobs.failures import thresholds
+
+    assert HELDOUT_RECENT == thresholds("precursor-oversized-updates")["heldout_recent"] == 2
+    rec = prom_rec
+    names = ("rlobs_heldout_success_best", "rlobs_heldout_success_recent", "rlobs_heldout_success_baseline",
+             "rlobs_policy_entropy_baseline")
+
+    def gauges() -> dict[str, float]:
+        assert rec.flush()
+        return {k[0]: round(v, 9) for k, v in _samples(_scrape(rec.metrics_url)).items() if k[0] in names}
+
+    rec.emit("scalar", name="eval_reward_mean", value=0.3, source="trainer_ref")
+    rec.emit("scalar", name="eval_reward_mean", value=float("nan"), source="trainer_ref")
+    assert gauges() == {"rlobs_heldout_success_baseline": 0.3}  # one evaluation: nothing after the first yet
+    for value, best, recent in [(0.5, 0.5, 0.5), (0.2, 0.5, 0.35), (0.4, 0.5, 0.3), (0.7, 0.7, 0.55)]:
+        rec.emit("scalar", name="rlobs/heldout_success", value=value, source="verl")
+        assert gauges() == {"rlobs_heldout_success_baseline": 0.3, "rlobs_heldout_success_best": best,
+                            "rlobs_heldout_success_recent": recent}
+    for i, e in enumerate([0.9, float("nan"), 0.5, 0.7, 0.1, 0.3, 0.05]):  # the first five finite: 0.9 .5 .7 .1 .3
+        rec.emit("train_step", step=i, entropy=e)
+    assert gauges()["rlobs_policy_entropy_baseline"] == 0.5
+
+
+def test_a_running_reading_is_declared_only_as_a_set_sources_best_or_recent_mean():
+    """The catalogue refuses a running reading that could not mean what it says: on a counter's or a baseline's
+    values, an unknown reduction, a mean without how many values, a skip or count without a running reading."""
+    from rlobs.catalogue import MetricSpec, Source
+
+    ok = Source("scalar", "set", "value", running="mean", skip=1, last=2)
+    MetricSpec("rlobs_x_recent", "gauge", "1", "x", source=ok)
+    for bad in (Source("scalar", "set", "value", running="median"),
+                Source("scalar", "set", "value", running="mean"),
+                Source("scalar", "set", "value", running="max", last=2),
+                Source("scalar", "set", "value", skip=1),
+                Source("scalar", "set", "value", running="max", first=2),
+                Source("scalar", "set", "value", running="max", skip=-1)):
+        with pytest.raises(ValueError, match="running|skip"):
+            MetricSpec("rlobs_x_recent", "gauge", "1", "x", source=bad)
+    with pytest.raises(ValueError, match="op 'sum' does not fit a gauge"):
+        MetricSpec("rlobs_x_recent", "gauge", "1", "x", source=Source("scalar", "sum", "value", running="max"))
+
+
 def test_events_become_catalogue_metrics_with_exact_values(prom_rec):
     rec = prom_rec
     for lat, outcome in [(0.2, "ok"), (0.4, "ok"), (7.0, "timeout")]:

@@ -77,7 +77,9 @@ def expected_families(rec: object, before_ns: int) -> set[str]:
             n = rec.sql(f"select count(*) from {src.kind} where {' and '.join(conds)}").fetchall()[0][0]
         except Exception:  # no events of this kind at all
             n = 0
-        if n >= max(1, src.first):  # a baseline (catalogue `first`) is served once its first values are in
+        # a baseline (catalogue `first`) is served once its first values are in, a running reading once a value
+        # after its `skip` is
+        if n >= max(1, src.first, src.skip + 1):
             out.add(name)
     return out
 
