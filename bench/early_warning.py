@@ -1374,6 +1374,10 @@ RUN57_NAMES = _register(RUN57, RUN57_HEALTHY)
 # level kept; emulated on the records on disk: 10 -> 6 healthy pages of 116, s322 and s263 staying). Kept: A (the
 # change as registered) if it meets both bars; else B if it meets both; else neither (the alert stays as it was).
 # Both replays are reported with the alert before the change.
+# Replayed once after the freeze (1415655), 15:27-15:50 UTC (bench/results/early_warning_run57_live{,_b,_before}.md;
+# the doctor, unchanged, early_warning_run57.md). (i) met: A paged none of the 24 healthy runs (before:
+# healthy-tiny-s338 at 55; B: none). (ii) met: all 10 collapses with a drop warned ahead under A, lr-too-high-s167 at
+# 10 (before 8), every other within 1 step of before. Kept: A. B warned 1-3 steps earlier and paged no healthy run.
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
