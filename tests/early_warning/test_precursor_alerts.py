@@ -39,21 +39,28 @@ def replayed(tmp_path_factory):
     data = json.loads(DATA.read_text())
     # only the runs these tests assert on (an expected alert, or a healthy run that must stay quiet): each replay is
     # a thread and a scrape target, and the alerts' 5 s windows leave little room for scrape jitter on 2 cores
-    data = {**data, "runs": {n: r for n, r in data["runs"].items() if r.get("expect") or r["class"] == "healthy"}}
+    data = {**data, "runs": {n: r for n, r in data["runs"].items() if _live(r) or r["class"] == "healthy"}}
     gate: dict[str, dict] = {}
     seen, alerts, times = replay(data["runs"], tmp_path_factory.mktemp("early-warning-live"),
                                  done=lambda seen: _expected_seen(data, seen), gate=gate)
     return data, seen, alerts, times, gate
 
 
+def _live(r: dict) -> list[str]:
+    """The precursor alerts a recorded run must fire live: its ``expect`` (what the doctor warns it by), unless the
+    data says otherwise in ``live_expect`` with a ``live_note`` on why (reward-hacking-s0: a one-step pattern the
+    replay's 5 s windows miss)."""
+    return r.get("live_expect", r.get("expect", []))
+
+
 def _expected_seen(data: dict, seen: dict[str, set[str]]) -> bool:
-    return all(ALERT[fid] in seen[run] for run, r in data["runs"].items() for fid in r.get("expect", []))
+    return all(ALERT[fid] in seen[run] for run, r in data["runs"].items() for fid in _live(r))
 
 
 def test_every_precursor_alert_fires_on_a_real_collapse_run(replayed):
     data, seen, alerts, _, _ = replayed
     for run, r in data["runs"].items():
-        for fid in r.get("expect", []):
+        for fid in _live(r):
             assert ALERT[fid] in seen[run], f"{fid} did not fire on {run} ({r['what']}); fired: {sorted(seen[run])}"
             a = alerts[(run, ALERT[fid])]
             assert a["labels"]["severity"] == "warning" and a["labels"]["runbook"] == fid
@@ -62,7 +69,7 @@ def test_every_precursor_alert_fires_on_a_real_collapse_run(replayed):
     # at the thresholds chosen on the calibration runs, the KL creep, the uncorrected off-policy level and the
     # oversized-updates level show on these runs; every other precursor is listed in the data with why it stays
     # silent: a precursor can be neither shown nor left unexplained
-    expected = {fid for r in data["runs"].values() for fid in r.get("expect", [])}
+    expected = {fid for r in data["runs"].values() for fid in _live(r)}
     assert expected | set(data["not_shown"]) == {r.id for r in precursor_rules()}
     assert not expected & set(data["not_shown"])
 
