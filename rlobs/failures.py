@@ -273,7 +273,8 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
                    # -0.01 by 50, when it warned) and s281 (+0.16; the last two +0.13); 1, 2 and 3 recent evaluations
                    # all left every collapse's first warning where it was (they warn at 2-4 evaluations); 3 kept s281,
                    # 1 is a single noisy draw. The live alert reads the same since the fifty-seventh run (the exporter's
-                   # rlobs_heldout_success_recent and _best; rlobs.catalogue.HELDOUT_RECENT). The floor above keeps the best evaluation (it asks only that held-out success confirmed
+                   # rlobs_heldout_success_recent and _best; rlobs.catalogue.HELDOUT_RECENT). The floor above keeps the
+                   # best evaluation (it asks only that held-out success confirmed
                    # the reward's climb once): read at the recent level as well, the fifty-fifth run's held-out
                    # lr-warmup-too-high-s161 lost its late warning (26, drop at 20; best +0.27, recent +0.09), the whole
                    # doctor's only finding on that collapsed run (fifty-sixth run)

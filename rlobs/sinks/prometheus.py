@@ -161,7 +161,6 @@ class _Route:
             self.children[key] = child
             del self.firsts[key]
 
-
     def _running(self, key: tuple[str, ...], event: tuple, fields: Mapping[str, Any]) -> None:
         """A ``running`` source: past the label set's first ``skip`` finite values, set the gauge to the best of
         them so far ("max") or the mean of the last ``last`` ("mean"); no series before."""
