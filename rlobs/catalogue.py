@@ -157,7 +157,7 @@ class MetricSpec:
             raise ValueError(f"metric {n!r}: running={s.running!r} unknown; valid: {', '.join(map(repr, RUNNING))}")
         if s.running and (s.op != "set" or s.first):
             raise ValueError(f"metric {n!r}: running={s.running!r} reads a 'set' source's values, not a baseline's")
-        if (s.skip or s.last) and not s.running or s.skip < 0 or (s.running == "mean") != (s.last > 0):
+        if ((s.skip or s.last) and not s.running) or s.skip < 0 or (s.running == "mean") != (s.last > 0):
             raise ValueError(f"metric {n!r}: skip={s.skip} last={s.last}: skip is for a running reading, and last "
                              "(>= 1) for its 'mean' only")
         for k, v in s.where.items():

@@ -144,14 +144,21 @@ class _Route:
         else:
             child.observe(value)
 
+    def _finite(self, event: tuple, fields: Mapping[str, Any]) -> float | None:
+        """The event's value, scaled, if it has a finite one (a baseline's or a running reading's input)."""
+        value = event[self.value_index] if self.value_index else fields.get(self.value_field)
+        if value is None or not math.isfinite(value := float(value) * self.scale):
+            return None
+        return value
+
     def _baseline(self, key: tuple[str, ...], event: tuple, fields: Mapping[str, Any]) -> None:
         """A ``first`` source: collect the label set's first finite values, then set the gauge once to their
         median (no series before: a baseline of 0 would be a claim)."""
         if key in self.children or (key not in self.firsts and len(self.firsts) + len(self.children)
                                     >= MAX_SERIES_PER_METRIC):
             return
-        value = event[self.value_index] if self.value_index else fields.get(self.value_field)
-        if value is None or not math.isfinite(value := float(value) * self.scale):
+        value = self._finite(event, fields)
+        if value is None:
             return
         seen = self.firsts.setdefault(key, [])
         seen.append(value)
@@ -166,8 +173,8 @@ class _Route:
         them so far ("max") or the mean of the last ``last`` ("mean"); no series before."""
         if key not in self.runs and len(self.runs) >= MAX_SERIES_PER_METRIC:
             return
-        value = event[self.value_index] if self.value_index else fields.get(self.value_field)
-        if value is None or not math.isfinite(value := float(value) * self.scale):
+        value = self._finite(event, fields)
+        if value is None:
             return
         seen, kept = self.runs.setdefault(key, (0, []))
         self.runs[key] = (seen + 1, kept)
