@@ -1396,6 +1396,14 @@ RUN58 = {"staleness-no-is": tuple(range(84, 100)), "staleness-no-is-lag4": (74, 
          "lr-warmup-too-high": (172, 173, 174, 175)}
 HEALTHY_ASYNC_NO_IS_SEEDS["heldout"] += (62, 63, 64, 65)
 RUN58_NAMES = (_register(RUN58, {}) + [f"healthy-async-nois-s{s}" for s in (62, 63, 64, 65)])
+# Trained 17:38-18:15 UTC after the registration (076de63), scored once (bench/results/early_warning_run58{,_live}.md,
+# early_warning_run58_whole_doctor.json: every rule on the finished records). The doctor's precursors: staleness 16 of
+# 16 before the drop (leads 3-13, median 4), warm-up 4 of 4, lag-4 1 of 3 falls, no warning on the 4 healthy no-IS
+# runs. The PromQL alerts: staleness 16 of 16 (leads 2-13, at most 2 steps behind the doctor), warm-up 4 of 4, lag-4 1
+# of 3, no page on the healthy runs. Pooled: the doctor's staleness 55 of 59, warm-up 58 of 63; PromQL staleness 45 of
+# 51 (88 %), 25 of 25 under the far leg; warm-up 50 of 55. The whole doctor warned healthy-async-nois-s65 by
+# entropy-collapse at 49 (a run that learned; its convergence guard's 20-step window at 49 still holds the climb, 0.58
+# under `solved` 0.6): counted against the whole doctor's healthy record, not fixed here.
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
