@@ -260,6 +260,76 @@ def test_a_task_solved_early_is_info_and_a_grader_constant_at_one_is_a_warning(t
     assert f.severity == Severity.WARNING, f
 
 
+# healthy-async-nois-s65 (fifty-eighth early-warning run, 60 steps, separate_async without importance correction at
+# max staleness 2): per-step entropy and training reward as recorded, held-out success every 5 steps
+S65_ENTROPY = [0.899, 0.933, 0.911, 0.888, 0.91, 0.905, 0.917, 0.89, 0.905, 0.866, 0.924, 0.876, 0.882, 0.83, 0.896,
+               0.823, 0.827, 0.775, 0.83, 0.741, 0.779, 0.798, 0.815, 0.629, 0.701, 0.426, 0.453, 0.473, 0.677, 0.401,
+               0.625, 0.48, 0.435, 0.341, 0.612, 0.338, 0.617, 0.161, 0.267, 0.146, 0.208, 0.097, 0.135, 0.11, 0.106,
+               0.215, 0.67, 0.141, 0.184, 0.115, 0.147, 0.149, 0.075, 0.062, 0.113, 0.152, 0.066, 0.121, 0.1, 0.083]
+S65_REWARD = [0.292, 0.288, 0.212, 0.311, 0.333, 0.227, 0.239, 0.203, 0.212, 0.427, 0.255, 0.284, 0.234, 0.409, 0.272,
+              0.35, 0.147, 0.295, 0.242, 0.295, 0.369, 0.248, 0.228, 0.369, 0.406, 0.673, 0.563, 0.386, 0.408, 0.548,
+              0.53, 0.545, 0.438, 0.534, 0.658, 0.398, 0.476, 0.489, 0.627, 0.792, 0.441, 0.65, 0.727, 0.625, 0.664,
+              0.652, 0.373, 0.581, 0.614, 0.798, 0.602, 0.719, 0.88, 0.727, 0.781, 0.684, 0.88, 0.912, 0.856, 0.945]
+S65_HELDOUT = {0: 0.203, 5: 0.258, 10: 0.273, 15: 0.203, 20: 0.352, 25: 0.32, 30: 0.43, 35: 0.594, 40: 0.68,
+               45: 0.641, 50: 0.688, 55: 0.68, 60: 0.656}
+
+
+# kl-blow-up-s167 (fifty-fifth early-warning run): its training reward fell at step 28 (5-step mean 0.52 against a
+# peak of 0.69) and partly recovered; entropy under 20 % of its start from step 42
+S167_ENTROPY = [0.914, 0.928, 0.889, 0.797, 0.83, 0.64, 0.597, 0.604, 0.602, 0.528, 0.473, 0.403, 0.498, 0.484, 0.519,
+                0.341, 0.321, 0.27, 0.124, 0.333, 0.474, 0.116, 0.432, 0.09, 0.176, 0.492, 0.486, 0.315, 0.462, 0.525,
+                0.338, 0.37, 0.106, 0.348, 0.368, 0.141, 0.545, 0.226, 0.109, 0.357, 0.394, 0.181, 0.153, 0.117, 0.095,
+                0.08, 0.107, 0.331, 0.065, 0.284, 0.117, 0.126, 0.194, 0.073, 0.062, 0.137, 0.183, 0.074, 0.065, 0.163]
+S167_REWARD = [0.188, 0.231, 0.364, 0.419, 0.422, 0.43, 0.441, 0.611, 0.622, 0.538, 0.409, 0.555, 0.555, 0.55, 0.62,
+               0.655, 0.478, 0.739, 0.483, 0.613, 0.606, 0.93, 0.486, 0.781, 0.622, 0.494, 0.477, 0.575, 0.444, 0.389,
+               0.589, 0.523, 0.625, 0.519, 0.652, 0.661, 0.317, 0.53, 0.597, 0.619, 0.283, 0.531, 0.648, 0.666, 0.841,
+               0.833, 0.57, 0.564, 0.781, 0.694, 0.706, 0.62, 0.356, 0.567, 0.72, 0.794, 0.539, 0.334, 0.45, 0.545]
+S167_HELDOUT = {0: 0.258, 5: 0.32, 10: 0.461, 15: 0.516, 20: 0.625, 25: 0.508, 30: 0.484, 35: 0.43, 40: 0.5,
+                45: 0.477, 50: 0.469, 55: 0.523, 60: 0.578}
+
+
+def _recorded(run: Path, entropy: list[float], reward: list[float], heldout: dict[int, float],
+              after: tuple[int, float] | None = None) -> Path:
+    """A recorded early-warning run's per-step entropy and training reward and its held-out success (``after``:
+    from that step on, this training reward instead)."""
+    r = _rec(run, mode="separate_async")
+    for s, (ent, rew) in enumerate(zip(entropy, reward)):
+        r.emit("train_step", step=s, grad_norm=1.0, loss=0.0, entropy=ent,
+               reward_mean=rew if after is None or s < after[0] else after[1])
+    for s, v in heldout.items():
+        r.emit("scalar", step=s, name="eval_reward_mean", value=v)
+    assert r.flush(10.0)
+    r.close()
+    return run
+
+
+def test_a_run_that_climbs_into_its_collapse_and_converges_within_the_reward_window_is_info(tmp_path: Path):
+    # fifty-eighth early-warning run: healthy-async-nois-s65 learned (reward 0.29 -> 0.8-0.95 over steps 49-59,
+    # held-out success 0.20 -> 0.69, at its best to the end) and its entropy fell under 20 % of its start from step
+    # 49, where the 20-step reward mean (steps 30-49) still held the climb: 0.58, under the guard's 0.6, a warning.
+    # The window at 49 is its highest yet (the run climbed into the collapse), so the level legs read the collapsed
+    # steps alone too (0.74 at their lowest): converged, info. Collapsed steps under the ceiling, or a reward that
+    # falls after the collapse, stay a warning.
+    s65 = (S65_ENTROPY, S65_REWARD, S65_HELDOUT)
+    (f,) = _find(_recorded(tmp_path / "s65", *s65), "entropy-collapse")
+    assert f.severity == Severity.INFO and f.first_step == 49 and "converged" in f.title, f
+    window, own = (e for e in f.evidence if e.metric.startswith("train_step.reward_mean"))
+    assert window.observed < 0.6 <= own.observed and "collapsed steps' own mean" in own.metric, f.evidence
+    (f,) = _find(_recorded(tmp_path / "s65_low", *s65, after=(49, 0.5)), "entropy-collapse")
+    assert f.severity == Severity.WARNING and "under 0.6" in f.root_cause, f.root_cause
+    (f,) = _find(_recorded(tmp_path / "s65_fell", *s65, after=(49, 0.3)), "entropy-collapse")
+    assert f.severity == Severity.WARNING and "did not hold" in f.root_cause, f.root_cause
+
+
+def test_a_run_whose_reward_fell_before_its_collapse_is_judged_by_the_window(tmp_path: Path):
+    # kl-blow-up-s167 (fifty-fifth early-warning run): the reward fell at 28 and partly recovered; at its first
+    # collapsed step (42) the 20-step window, 0.54, is under its earlier 0.59: the window holds a fall, not a climb,
+    # and the collapsed steps' own mean (0.62) does not rescue it. A warning, as before the fifty-ninth run's change
+    (f,) = _find(_recorded(tmp_path / "s167", S167_ENTROPY, S167_REWARD, S167_HELDOUT), "entropy-collapse")
+    assert f.severity == Severity.WARNING and f.first_step == 42 and "did not hold" in f.root_cause, f.root_cause
+    assert not any("collapsed steps' own mean" in e.metric for e in f.evidence), f.evidence
+
+
 def test_a_long_run_whose_reward_falls_is_not_rescued_as_a_solved_task(tmp_path: Path):
     # review, 4 Dec 2026 (its repro): entropy collapsed at step 20, the reward held at 1.0 to step 99 and then fell to
     # 0.5, held-out success 0.95 at steps 50 and 100; the stretch's mean is exactly 0.9, and the first version of

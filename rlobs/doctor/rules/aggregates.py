@@ -415,7 +415,11 @@ def entropy_collapse(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     solves most training prompts, little is left to explore), and held-out success, where evaluated in that
     stretch, stayed within ``heldout_drop`` of its best (medians of 3 evaluations). Long healthy runs end this
     way (tiny-packed: entropy 0.95 -> 0.03 while held-out success holds at 0.8-0.9); a collapse that costs reward
-    or held-out success, or a reward without a known ceiling, stays a warning.
+    or held-out success, or a reward without a known ceiling, stays a warning. The two level legs (``held_gain``
+    over the early median, ``solved``) also pass on the collapsed steps' own mean (up to ``held_window`` of them, at
+    least ``min_steps``): a run that converges within the window is still climbing at its first collapsed steps, and
+    a window reaching back before them reads the climb (healthy-async-nois-s65, fifty-eighth early-warning run);
+    only where the run climbed into the collapse (the window at the first collapsed step its highest so far).
 
     A run too short for that window, or near its ceiling from the start (no room for ``held_gain``), converged too
     when the collapsed steps are a solved task (``task_solved``: training reward and held-out success both near 1).
@@ -531,25 +535,51 @@ def _reward_held(ctx: RunContext, base_last: int, first: int,
     if not early or not after or after[0] < w - 1 or len(after) < int(th["min_steps"]):
         return [], "no training reward over the early and the collapsed steps", True
     e0 = statistics.median(early)
-    roll = [(reward[i][0], statistics.fmean(v for _, v in reward[i - w + 1:i + 1])) for i in range(w - 1, len(reward))]
-    peak, worst, why, fell = float("-inf"), None, None, False
-    for s, m in roll:
+    k, c0 = int(th["min_steps"]), after[0]
+
+    def collapsed(i: int) -> float:
+        """The reward's mean over the collapsed steps alone up to reward[i] (at most ``w``, at least the first
+        ``k`` of them): the level legs' second reading, for a window that reaches back before the collapse."""
+        lo = max(c0, i - w + 1)
+        return statistics.fmean(v for _, v in (reward[lo:i + 1] if i + 1 - lo >= k else reward[c0:c0 + k]))
+
+    roll = [(i, reward[i][0], statistics.fmean(v for _, v in reward[i - w + 1:i + 1]))
+            for i in range(w - 1, len(reward))]
+    # the run climbed into the collapse: the window at its first collapsed step is the highest it has been
+    before = [m for _, s, m in roll if s < first]
+    climbed = next(m for _, s, m in roll if s >= first) >= max(before, default=float("-inf"))
+    peak, worst, low_c, why, fell = float("-inf"), None, None, None, False
+    for i, s, m in roll:
         peak = max(peak, m)
         if s < first:
             continue
+        # where the run climbed into the collapse, the level legs (its ceiling, its gain over the early steps) read
+        # the window or the collapsed steps alone, whichever is higher: a run that converges within the window holds
+        # its climb in the window (healthy-async-nois-s65, fifty-eighth early-warning run: reward 0.29 -> 0.8-0.95,
+        # entropy under 20 % of its start from step 49, the window at 49 0.58 and its highest yet, the collapsed
+        # steps' 0.74). A window lower than before holds a fall, not a climb (kl-blow-up-s167: 0.54 at its first
+        # collapsed step, 0.59 before it, its reward fell at 28): the window alone, as a fall from the best always is
+        mc = collapsed(i) if climbed else m
+        level = max(m, mc)
         drop = (m < th["held_share"] * peak and f"its {w}-step mean fell to {m:.3g} at step {s}, under "
                 f"{th['held_share']:.0%} of its best {peak:.3g}") or (
-                m < th["solved"] and f"its {w}-step mean {m:.3g} at step {s} is under {th['solved']:g}")
-        short = (m < e0 + th["held_gain"] and f"its {w}-step mean {m:.3g} at step {s} is within {th['held_gain']:g} "
-                 f"of its early {e0:.3g}") or drop
+                level < th["solved"] and f"its {w}-step mean {m:.3g} at step {s} is under {th['solved']:g}")
+        short = (level < e0 + th["held_gain"] and f"its {w}-step mean {m:.3g} at step {s} is within "
+                 f"{th['held_gain']:g} of its early {e0:.3g}") or drop
         fell = fell or bool(drop)
         if worst is None or m < worst[1]:
             worst = (s, m)
+        if low_c is None or mc < low_c[1]:
+            low_c = (s, mc)
         if short and why is None:
             why = "the training reward did not hold: " + short
     ev = [Evidence(f"train_step.reward_mean ({w}-step mean, lowest from step {first})", round(worst[1], 4),
                    f">= max({e0 + th['held_gain']:.3g}, {th['held_share']:.0%} of its best, {th['solved']:g})",
                    (first, roll[-1][0]), f"early median {e0:.3g}")]
+    if climbed and worst[1] < max(e0 + th["held_gain"], th["solved"]):  # the level legs read the collapsed steps
+        ev.append(Evidence(f"train_step.reward_mean (the collapsed steps' own mean, up to {w}, lowest from step "
+                           f"{first})", round(low_c[1], 4), f">= max({e0 + th['held_gain']:.3g}, {th['solved']:g})",
+                           (first, roll[-1][0]), f"the {w}-step window reaches back before step {first}"))
     values = [v for _, v in reward]
     if min(values) < 0.0 or max(values) > 1.0:
         fell = True  # no known ceiling: not a lack of room
