@@ -1433,6 +1433,14 @@ RUN59 = {"staleness-no-is": tuple(range(100, 106)), "lr-too-high": (170, 171, 17
          "lr-warmup-too-high": (176, 177, 178, 179)}
 HEALTHY_ASYNC_NO_IS_SEEDS["heldout"] += tuple(range(66, 78))
 RUN59_NAMES = (_register(RUN59, {}) + [f"healthy-async-nois-s{s}" for s in range(66, 78)])
+# Trained 18:40-19:11 UTC after the freeze (3a9cbf9), scored once (bench/results/early_warning_run59_whole_doctor.json:
+# the whole doctor before, a worktree at 4c7863e, and after; early_warning_run59{,_live}.md). (i) met: the one
+# entropy-collapse warning on the 14 collapse runs (lr-warmup-too-high-s177 at 44) is a warning after. (ii) met: the
+# change turned one healthy warning into info, healthy-async-nois-s75 at 47 (held-out success 0.14 -> 0.58 at its
+# last evaluation, its best 0.59). Kept. Reported: before 1 of 12 healthy runs warned by entropy-collapse, after 0
+# (6 others at info under both); every other rule's warnings identical before and after on all 26. The precursors
+# (unchanged): staleness 5 of 5 falls ahead (s103 did not fall, warned at 7), lr 4 of 4, warm-up 4 of 4, 0 of 12
+# healthy runs warned.
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}
