@@ -22,6 +22,8 @@ def findings(run: Path, pythonpath: str | None) -> list[dict]:
     env = dict(os.environ)
     if pythonpath:
         env["PYTHONPATH"] = pythonpath
+    # `python -m` puts its working directory first on sys.path: run the other checkout's doctor from "/", so a
+    # checkout it is launched from cannot shadow the one PYTHONPATH names
     res = subprocess.run([sys.executable, "-m", "rlobs.cli", "doctor", "--json", str(run.resolve())], capture_output=True,
                          text=True, env=env, cwd="/" if pythonpath else None, timeout=600)
     try:
