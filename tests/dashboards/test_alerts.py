@@ -969,3 +969,51 @@ def test_oversized_updates_reads_entropy_and_held_out_success_as_the_doctor_does
         steps = runs[run]["steps"]
         _quiet_where_variant_pages(tmp_path, run, r, name, expr, _oversized_series(steps),
                                    range(60, 30 * 4 * len(steps), 30), firing)
+
+
+def test_uncorrected_off_policy_alert_warns_far_behind_with_the_correction_on(tmp_path):
+    """healthy-async-stale8-tis-s302's real importance ratios (the sixtieth early-warning run: the staleness class's
+    setting with TIS cap 2, held-out success 0.19 -> 0.03 by step 15) replayed at a step every 2 minutes (scraped every
+    30 s) into a real promtool. With the cap at 2, the far leg (a 5-step median staleness of 5+, 2 of the last 5
+    steps' ESS under 0.8) pages; the same ratios held at the lag-4 bound (staleness 4 at most) with the cap on are
+    quiet (the near leg is the truncation's business), and with the cap at 0 the near leg pages them."""
+    import json
+
+    run = json.loads((Path(__file__).resolve().parents[1] / "early_warning" / "data" / "stale8_tis.json").read_text())[
+        "runs"]["healthy-async-stale8-tis-s302"]
+    steps, per = run["steps"], 4
+    r = a.rule("precursor-uncorrected-off-policy")
+    times = range(60, 30 * per * len(steps), 30)
+
+    def sel(name: str) -> str:
+        return name + "{" + ",".join(f'{k}="{v}"' for k, v in a.CASE_LABELS.items()) + "}"
+
+    def vals(xs: list[float]) -> str:
+        return " ".join(" ".join([f"{x:.9g}"] * per) for x in xs)
+
+    def case(name: str, cap: float, lag: float, firing_from: int | None) -> dict:
+        series = [{"series": sel("rlobs_effective_sample_size_ratio"), "values": vals([x["ess"] for x in steps])},
+                  {"series": sel("rlobs_staleness_mean_versions"),
+                   "values": vals([min(lag, x["staleness"]) for x in steps])},
+                  {"series": sel("rlobs_importance_correction_cap"), "values": vals([cap] * len(steps))},
+                  {"series": sel("rlobs_train_step_last_timestamp_seconds"), "values": _stamps(len(steps), per)},
+                  {"series": sel("up"), "values": vals([1] * len(steps))}]
+        paged = [{"exp_labels": {"alertname": "Committed", "run": "r1", "component": "trainer"}}]
+        return {"name": name, "interval": "30s", "input_series": series, "alert_rule_test": [
+            {"eval_time": f"{t}s", "alertname": "Committed",
+             "exp_alerts": paged if firing_from is not None and t >= firing_from else []} for t in times]}
+
+    # the committed expression and `for`, without its annotations (they render each reading's $value); pending
+    # from step 7's readings (the doctor's first step on this record, test_precursors), firing 1m later at step 8
+    # (960 s) and on to the end of the replay, in both cases that page
+    (tmp_path / "committed.yaml").write_text(yaml.safe_dump({"groups": [{"name": "committed", "rules": [
+        {"alert": "Committed", "for": r.for_, "expr": r.expr}]}]}))
+    committed = yaml.safe_load((DASHBOARDS / "alerts.yaml").read_text())["groups"]
+    assert any(x.get("alert") == r.name and x.get("expr") == r.expr for g in committed for x in g["rules"])
+    doc = {"rule_files": ["committed.yaml"], "evaluation_interval": "30s",
+           "tests": [case("cap 2, far behind", 2.0, 99.0, 960), case("cap 2, at the lag-4 bound", 2.0, 4.0, None),
+                     case("cap 0, at the lag-4 bound", 0.0, 4.0, 960)]}
+    (tmp_path / "far_test.yaml").write_text(yaml.safe_dump(doc))
+    out = subprocess.run([need("promtool"), "test", "rules", "far_test.yaml"], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0 and "SUCCESS" in out.stdout, out.stdout + out.stderr
