@@ -1509,6 +1509,15 @@ RUN61_NAMES = ([f"staleness-tis-s{x}" for x in range(308, 316)]
                + _register({}, {"healthy-async-stale8-tis-lr3e-4": tuple(range(300, 308)),
                                 "healthy-async-stale8-tis-lr1e-4": (300, 301, 302, 303),
                                 "healthy-async-completion": (300, 301, 302, 303)}))
+# Trained 21:17-21:44 UTC after the freeze (0edbc57), scored once (early_warning_run61{,_live}.md; the whole doctor
+# before, a worktree at fae38fe whose rules are 0edbc57's parent's, and after: early_warning_run61_whole_doctor.json).
+# (i) met: 6 of 6 staleness-tis falls warned ahead by the doctor (leads 3-18, median 6; s312 and s315 did not fall by
+# the bench's drop, warned at 9 and 7; s315 fell 0.20 -> 0.05, a hair short of it). (ii) NOT met: of the 9 control
+# runs without a drop, healthy-async-stale8-tis-lr3e-4-s303 was warned at 20 by the doctor and paged at 29 live
+# (held-out success 0.29 at 5, 0.20 at 25, then 0.44 by 50: a dip, then learning). Reverted. Reported: the lr 3e-4
+# setting fell on 7 of its 8 seeds, each warned ahead by the changed leg (leads 4-25); the lr 1e-4 runs (4) learned
+# (held-out 0.45-0.66 at 60) and the completion-basis runs (4) held, none warned by it; staleness-over-bound warned at
+# step 5 on all 20 max-staleness-8 runs, the lr 1e-4 ones included; every other rule identical before and after
 
 def _flags(run_dir: Path) -> list[str]:
     cfg = json.loads((run_dir / "manifest.json").read_text()).get("config") or {}

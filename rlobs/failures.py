@@ -196,9 +196,6 @@ FAILURES: dict[str, Failure] = {f.id: f for f in (
     _f("precursor-uncorrected-off-policy", "warning", "1m",
        thresholds={"window": 5, "ess_below": 0.8, "min_staleness": 1.0, "min_steps": 2, "fast_staleness": 4.0,
                    "far_staleness": 5.0, "far_min_below": 2,
-                   # the far leg warns with a correction on too (sixty-first run; no number new): at 5+ versions
-                   # truncated IS (cap 2) did not hold the staleness class's setting (sixtieth run, 8 of 8 fell)
-                   "far_with_correction": 1,
                    "impact_steps_low": 3, "impact_steps_high": 19}),
     # a level, not a drift, chosen on bench/early_warning.py's calibration runs (lr-too-high and lr-warmup seeds
     # 0-3, the 17 healthy calibration runs) and the 40 healthy doctor_calib runs of seeds 1100-1139 re-recorded with

@@ -880,9 +880,6 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
     # readings (one a step), 0.25 for 2 of 5
     ess, stale_now = "rlobs_effective_sample_size_ratio", _median_now("rlobs_staleness_mean_versions", recent)
     far_q = (u["far_min_below"] - 1) / (u["window"] - 1)
-    # the near leg holds only where the loss corrects nothing (cap 0); the far leg, at far_staleness+ versions,
-    # whatever the correction (far_with_correction; the sixtieth and sixty-first early-warning runs)
-    uncorrected = f"({_over_time('max_over_time', 'rlobs_importance_correction_cap', recent)} == 0)"
 
     def stepping(expr: str) -> str:
         expr = f"({expr}) and on ({GROUP[0]}) {fresh}"
@@ -968,22 +965,18 @@ def precursor_rules(recent: str | None = None, history: str | None = None,
         AlertRule(
             "precursor-uncorrected-off-policy", "warning",
             stepping(f"((({_median_now(ess, recent)} < {u['ess_below']:g}){on}"
-                    f"({stale_now} >= {u['min_staleness']:g}){on}{uncorrected}) or "
+                    f"({stale_now} >= {u['min_staleness']:g})) or "
                     f"(({_over_time('quantile_over_time', ess, recent, q=far_q)} < {u['ess_below']:g}){on}"
-                    f"({stale_now} >= {u['far_staleness']:g})"
-                    + ("" if u.get("far_with_correction", 0) else f"{on}{uncorrected}") + "))"),
-            f("precursor-uncorrected-off-policy"),
-            "Early warning: stale samples the loss does not correct, divergence ahead ({{ $labels.run }})",
+                    f"({stale_now} >= {u['far_staleness']:g}))){on}"
+                    f"({_over_time('max_over_time', 'rlobs_importance_correction_cap', recent)}"
+                    " == 0)"), f("precursor-uncorrected-off-policy"),
+            "Early warning: stale samples trained on without importance correction, divergence ahead ({{ $labels.run }})",
             "The effective sample size of the importance ratios in {{ $labels.component }} (run {{ $labels.run }}) "
             "is {{ $value | humanizePercentage }} of the tokens over the last " + recent + f" (their median; at a "
             f"median staleness of {u['far_staleness']:g}+ versions a low quantile: {u['far_min_below']:g} of "
             f"{u['window']:g} steps under the bar suffice), under {u['ess_below']:.0%}, at a "
             f"median staleness of {u['min_staleness']:g}+ versions, and the loss applies no importance correction "
-            "(cap 0)"
-            + (f"; or {u['far_staleness']:g}+ versions stale whatever the correction (truncated IS corrects a near "
-               "gap, not one this far: the staleness class's corrected runs fell as the uncorrected ones did)"
-               if u.get("far_with_correction", 0) else "")
-            + ": every update is biased towards the stale policies, the precursor of an off-policy divergence "
+            "(cap 0): every update is biased towards the stale policies, the precursor of an off-policy divergence "
             f"(held-out success fell {u['impact_steps_low']:g}-{u['impact_steps_high']:g} steps later in the early-warning "
             "bench). Turn truncated IS on; tighten max staleness.",
             PromtoolCase((("rlobs_effective_sample_size_ratio", {}, "0.98x70 0.5x20"),

@@ -14,7 +14,7 @@ step to measure it, and ``tests/early_warning/test_precursors.py`` checks the tw
 | precursor-importance-truncation | share of tokens whose importance ratio is truncated, or mean staleness, rising | off-policy divergence | tighten max staleness, keep/raise IS truncation |
 | precursor-kl-creep | KL to the reference rising | KL blow-up: the policy leaves the reference | raise kl_coef, lower the learning rate |
 | precursor-zero-std-rising | share of zero-std groups rising while the reward is low | learning stops (no gradient signal) | raise temperature / group size, filter solved or unsolvable prompts |
-| precursor-uncorrected-off-policy | effective sample size of the importance ratios low while the loss applies no correction (or, 5+ versions stale, more than its truncation corrects) | off-policy divergence (held-out success falls) | turn truncated IS on, tighten max staleness |
+| precursor-uncorrected-off-policy | effective sample size of the importance ratios low while the loss applies no correction | off-policy divergence (held-out success falls) | turn truncated IS on, tighten max staleness |
 | precursor-oversized-updates | each update moves the policy far (KL before/after the step) while its entropy has narrowed | learning-rate collapse (reward plateaus, held-out success falls) | lower the learning rate / warm-up peak |
 | precursor-reward-hacking | training reward climbing while held-out success does not follow | reward hacking: the grader pays for a loophole, held-out success falls | audit and fix the grader, resume from before the warning |
 
@@ -28,9 +28,7 @@ lost a fifth of their effective sample size (median of the last ``window`` steps
 ``min_steps`` steps running: a few low steps close together are a burst) are trained on
 with no importance correction (``staleness.is_correction_cap`` 0, or the run config's ``tis_cap`` 0): the update
 is biased towards the policies that generated them, every step. With correction on, the same ESS is what the
-truncation handles (``precursor-importance-truncation`` watches it), up to a distance: at ``far_staleness``+
-versions its far leg warns with the correction on too (the staleness class's setting with TIS cap 2 fell as the
-uncorrected one did). ``precursor-oversized-updates`` is a level
+truncation handles (``precursor-importance-truncation`` watches it). ``precursor-oversized-updates`` is a level
 too: ``min_steps`` of the last ``window`` steps' ``train_step.policy_kl`` (how far each optimiser step moved the
 policy, nats per token) over ``kl_above`` while the entropy over the same steps is under ``entropy_share_below`` of
 the run's first ``baseline`` steps and the reward has climbed ``reward_gain`` above them (or held-out success
@@ -345,28 +343,23 @@ def known_correction_cap(ctx: RunContext) -> float | Insufficient:
     return cap
 
 
-@rule(UNCORRECTED, concern="early_warning", title="Early warning: off-policy divergence (stale samples the loss does "
-      "not correct)", needs=("staleness",), thresholds={})
+@rule(UNCORRECTED, concern="early_warning", title="Early warning: off-policy divergence (uncorrected stale samples)",
+      needs=("staleness",), thresholds={})
 def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResult:
     """Early warning of an off-policy divergence: the importance ratios of the consumed samples (current policy
     over the one that generated them) have an effective sample size under ``ess_below`` of the tokens (median of
     the last ``window`` steps, at ``min_steps`` consecutive steps; one is enough once the samples are
     ``fast_staleness`` versions old; at ``far_staleness`` versions, ``far_min_below`` of the last ``window`` steps
     under ``ess_below`` is enough) at a mean staleness of at least ``min_staleness`` versions, and the loss
-    applies no importance correction (cap 0): every step's update is biased towards stale policies.
-    With a correction on (truncated IS, cap > 0) only the far leg warns (``far_with_correction``, 0 turns it off):
-    samples ``far_staleness``+ versions old whose ratios stray that far are more than the truncation corrects (the
-    sixtieth early-warning run: the staleness class's setting with TIS cap 2 fell on 8 of 8 seeds, held-out success
-    to 0.01-0.2 by steps 10-25, its ratios and staleness as the uncorrected runs'); nearer, it is what the
-    truncation is for. Quiet when the cap is unknown. Thresholds: the failure table (rlobs.failures)."""
+    applies no importance correction (cap 0): every step's update is biased towards stale policies. Quiet when the correction
+    is on or unknown. Thresholds: the failure table (rlobs.failures)."""
     ess = series(ctx, "ess")
     if not ess:
         return Insufficient("no staleness events with ess_ratio (importance-sampling statistics)")
     cap = known_correction_cap(ctx)
     if isinstance(cap, Insufficient):
         return cap
-    corrected = cap > 0
-    if corrected and not th.get("far_with_correction", 0):
+    if cap > 0:
         return []
     w, persist = int(th["window"]), int(th.get("min_steps", 1))
     stale = dict(series(ctx, "staleness"))
@@ -380,56 +373,40 @@ def uncorrected_off_policy(ctx: RunContext, th: Mapping[str, float]) -> RuleResu
         need = 1 if mean_st >= th.get("fast_staleness", math.inf) else persist  # far behind: no burst to wait out
         below = sum(1 for _, v in last if v < th["ess_below"])
         far = mean_st >= th.get("far_staleness", math.inf) and below >= th.get("far_min_below", math.inf)
-        by_median = run >= need and not corrected  # the near (median) leg is the truncation's business
-        if not by_median and not far:
+        if run < need and not far:
             continue
         step = ess[i][0]
         first = next((s for s, v in ess[:i + 1] if v < th["ess_below"] and stale.get(s, 0.0) >= th["min_staleness"]),
                      step)
-        how = (f"size down to {level:.0%} of the tokens" if by_median else
-               f"size under {th['ess_below']:.0%} of the tokens on {below} of the last {w} steps")
-        impact = f"{th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"
-        if corrected:
-            title = (f"early warning: samples {mean_st:.1f} versions stale trained on, their importance ratios' "
-                     f"effective sample {how} by step {step}: more than truncated importance sampling (cap {cap:g}) "
-                     f"corrects; off-policy divergence expected within {impact}")
-            cap_note = (f"{cap:g}: the loss truncates the ratios at {cap:g}, which corrects a near gap; at "
-                        f"{th['far_staleness']:g}+ versions the staleness class's corrected runs fell as the "
-                        "uncorrected ones did")
-            root = ("the generator runs far ahead of the trainer (samples many policy versions old) and, at that "
-                    "distance, the importance ratios stray so far that truncated importance sampling keeps only "
-                    "part of the correction: the gradient still follows the stale policies' samples, and the bias "
-                    "compounds step after step")
-            fixes = ["tighten max_staleness (e.g. 1-2) or slow the generator down: the correction holds near "
-                     "on-policy, not 5+ versions out",
-                     "lower the learning rate (each version then moves the policy less)",
-                     "resume from a checkpoint before the warning; rlobs doctor RUN --rule staleness-over-bound"]
-        else:
-            title = (f"early warning: stale samples trained on without importance correction, their effective "
-                     f"sample {how} by step {step} (staleness {mean_st:.1f}); off-policy divergence expected within "
-                     f"{impact}")
-            cap_note = "0: the loss uses the stale samples as if on-policy"
-            root = ("the generator runs ahead of the trainer (staleness) and the loss applies no importance "
-                    "correction, so the gradient follows the stale policies' samples; the bias grows with the "
-                    "gap between the policies (the falling ESS) and compounds step after step")
-            fixes = ["turn truncated importance sampling on (trainer_ref: --tis-cap 2; verl: rollout "
-                     "correction / TIS; AReaL: decoupled PPO)",
-                     "tighten max_staleness (e.g. 1-2) or slow the generator down",
-                     "resume from a checkpoint before the warning; rlobs doctor RUN --rule staleness-over-bound"]
         return [Finding(
-            rule=UNCORRECTED, severity=Severity.WARNING, title=title, first_step=step, last_step=step,
+            rule=UNCORRECTED, severity=Severity.WARNING,
+            title=(f"early warning: stale samples trained on without importance correction, their effective sample "
+                   + (f"size down to {level:.0%} of the tokens" if run >= need else
+                      f"size under {th['ess_below']:.0%} of the tokens on {below} of the last {w} steps")
+                   + f" by step {step} (staleness {mean_st:.1f}); off-policy "
+                   f"divergence expected within {th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps"),
+            first_step=step, last_step=step,
             evidence=[Evidence("staleness.ess_ratio", round(level, 4), th["ess_below"], (first, step),
-                               (f"median of the last {w} steps ({run} steps running)" if by_median else
+                               (f"median of the last {w} steps ({run} steps running)" if run >= need else
                                 f"{below} of the last {w} steps under {th['ess_below']:g} at a median staleness "
                                 f"of {th['far_staleness']:g}+ versions")
                                + "; 1.0 = on-policy, the rest of the batch's weight is "
                                "carried by a few tokens the stale policy sampled unlike the current one"),
                       Evidence("staleness.mean_staleness", round(mean_st, 3), th["min_staleness"], (first, step),
                                "median over the same steps (policy versions between generation and training)"),
-                      Evidence("importance correction cap (tis_cap)", cap, None, None, cap_note),
-                      Evidence("expected time to impact", impact, None, None, "held-out success fell this many steps "
-                               "after the warning in bench/early_warning.py's staleness runs")],
-            root_cause=root, confidence=0.7, remediation=fixes,
+                      Evidence("importance correction cap (tis_cap)", cap, None, None,
+                               "0: the loss uses the stale samples as if on-policy"),
+                      Evidence("expected time to impact", f"{th['impact_steps_low']:g}-{th['impact_steps_high']:g} steps",
+                               None, None, "held-out success fell this many steps after the warning in "
+                               "bench/early_warning.py's staleness-without-IS runs")],
+            root_cause=("the generator runs ahead of the trainer (staleness) and the loss applies no importance "
+                        "correction, so the gradient follows the stale policies' samples; the bias grows with the "
+                        "gap between the policies (the falling ESS) and compounds step after step"),
+            confidence=0.7,
+            remediation=["turn truncated importance sampling on (trainer_ref: --tis-cap 2; verl: rollout "
+                         "correction / TIS; AReaL: decoupled PPO)",
+                         "tighten max_staleness (e.g. 1-2) or slow the generator down",
+                         "resume from a checkpoint before the warning; rlobs doctor RUN --rule staleness-over-bound"],
         )]
     return []
 
