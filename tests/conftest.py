@@ -11,6 +11,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -20,7 +21,7 @@ import rlobs
 # Ray starts its workers at niceness 15 (RAY_worker_niceness; for the raylet and the driver's sake on a busy node), so
 # beside the other xdist worker's light tests (niceness 0) a heavy group's actors (vLLM engines, trainers, graders) got
 # what CPU those left: the heavy slot's groups, one after another most of the suite's time, stalled while the light
-# tests ran (8 Dec 2026: the stack's group ended 512 s in whether it started at 45 s or 79 s). At 0 they share the CPUs.
+# tests ran (8 Dec 2026: the stack's group ended 512 s in whether it started at 44 s or 79 s). At 0 they share the CPUs.
 # Tests that start Ray (in a worker or in a driver subprocess) inherit it.
 os.environ.setdefault("RAY_worker_niceness", "0")
 
@@ -72,9 +73,7 @@ def _stack_first(items: list[pytest.Item]) -> None:
     another and are most of the suite's time, sat idle. With the stack's group first one worker takes the slot at
     once and the other runs the light tests beside it. Every worker sorts alike (xdist checks that they collected
     the same order)."""
-    size: dict[str, int] = {}
-    for item in items:
-        size[group_of(item)] = size.get(group_of(item), 0) + 1
+    size = Counter(group_of(item) for item in items)
     items.sort(key=lambda item: (group_of(item) != STACK_GROUP, -size[group_of(item)]))  # stable within a group
 
 

@@ -10,6 +10,7 @@ import os
 import time
 import types
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -81,23 +82,20 @@ def test_the_shared_stack_is_the_first_group_a_worker_runs(pytester: pytest.Pyte
     """Under ``-n 2 --dist loadgroup`` the stack's group goes out first (``_stack_first``; xdist's own order, largest
     group first, would give both workers a light group and the stack third), so the heavy slot is taken at once.
     A real xdist run of a small suite with this suite's conftest: two light groups larger than the stack's."""
-    from pathlib import Path
-
     pytester.makeconftest((Path(__file__).with_name("conftest.py")).read_text()
                           + "\n\n@pytest.fixture\ndef stack():\n    return 'stack'\n")
     monkeypatch.setenv("RLOBS_TESTS_BUILD_FIRST", "0")  # its stack is a name: nothing to build for it
     log = tmp_path / "order.log"
-    body = ("import os\nimport pytest\n{mark}\n"
+    body = ("import os\nimport pytest\n\n"
             "@pytest.mark.parametrize('i', range({n}))\n"
             "def test_x(i{fixture}):\n"
             "    with open({log!r}, 'a') as f:\n"
             "        f.write(os.environ['PYTEST_XDIST_WORKER'] + ' ' + __name__ + '\\n')\n")
     pytester.makepyfile(
-        test_a_light=body.format(mark="", n=5, fixture="", log=str(log)),
-        test_b_light=body.format(mark="", n=4, fixture="", log=str(log)),
-        test_c_stack=body.format(mark="", n=2, fixture=", stack", log=str(log)))
-    result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider",
-                                           "-p", "no:randomly")
+        test_a_light=body.format(n=5, fixture="", log=str(log)),
+        test_b_light=body.format(n=4, fixture="", log=str(log)),
+        test_c_stack=body.format(n=2, fixture=", stack", log=str(log)))
+    result = pytester.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-p", "no:cacheprovider")
     result.assert_outcomes(passed=11)
     runs = [line.split() for line in log.read_text().splitlines()]
     worker = next(w for w, mod in runs if mod == "test_c_stack")
